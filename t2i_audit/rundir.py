@@ -1,0 +1,259 @@
+"""The run directory: layout, atomic writes, append-only JSONL, the writer lock.
+
+Every stage reads and writes files here, so a stage can run alone, is idempotent and resumes
+where it was killed. Rules that make SIGKILL safe:
+
+* whole files (JSON, YAML, PNG, NPY, merged JSONL) are written to a temp file in the same
+  folder and ``os.replace``-d into place, so a reader never sees half a file;
+* per-item records are appended one line at a time and flushed; a kill can leave at most a
+  partial *last* line, which :func:`read_jsonl` drops (and :func:`repair_jsonl` truncates)
+  because that item was never finished;
+* one writer per directory (per Accelerate rank): :class:`RunLock` holds an ``flock`` that the
+  kernel releases when the process dies, so a stale lock never blocks a resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from .errors import AuditError
+
+
+class RunLockedError(AuditError):
+    pass
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def dumps_line(record: dict) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def atomic_write_jsonl(path: Path, records: Iterable[dict]) -> int:
+    lines = [dumps_line(r) for r in records]
+    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+def append_jsonl(path: Path, records: Iterable[dict]) -> None:
+    """Append records, one line each, in a single write, then fsync.
+
+    One ``write`` call per batch keeps the window for a torn line as small as the OS allows;
+    whatever is torn is only ever the last line and is dropped on read.
+    """
+    payload = "".join(dumps_line(r) + "\n" for r in records)
+    if not payload:
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: Path, *, strict: bool = False) -> list[dict]:
+    """Read a JSONL file. A partial last line (a killed append) is dropped.
+
+    A malformed line anywhere else is corruption and raises with the file and line number.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]
+    out = []
+    for i, line in enumerate(complete, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise AuditError(f"{path}:{i}: corrupted JSONL line ({e.msg})") from None
+    if tail.strip():
+        # No trailing newline: an append was cut short. A complete JSON object without its
+        # newline is still kept; anything else is the torn record of an unfinished item.
+        try:
+            out.append(json.loads(tail))
+        except json.JSONDecodeError:
+            if strict:
+                raise AuditError(f"{path}:{len(lines)}: torn last line") from None
+    return out
+
+
+def repair_jsonl(path: Path) -> bool:
+    """Truncate a torn last line in place; True if something was cut."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    raw = path.read_bytes()
+    if not raw or raw.endswith(b"\n"):
+        return False
+    cut = raw.rfind(b"\n") + 1
+    tail = raw[cut:]
+    try:
+        json.loads(tail)
+        with open(path, "ab") as f:  # complete record, just missing its newline
+            f.write(b"\n")
+        return False
+    except json.JSONDecodeError:
+        with open(path, "r+b") as f:
+            f.truncate(cut)
+        return True
+
+
+def iter_jsonl(path: Path) -> Iterator[dict]:
+    yield from read_jsonl(path)
+
+
+class RunLock:
+    """An exclusive, non-blocking ``flock`` on ``<run>/.lock[.<rank>]``.
+
+    The kernel drops it when the holder dies, so ``kill -9`` never leaves a stale lock.
+    """
+
+    def __init__(self, run_dir: Path, rank: int = 0):
+        self.path = Path(run_dir) / (".lock" if rank == 0 else f".lock.{rank}")
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise RunLockedError(
+                f"{self.path.parent}: run directory is in use by pid {holder}; "
+                "wait for it to finish or choose another --out"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class RunDir:
+    """Paths of one run directory. Creating the object touches nothing on disk."""
+
+    def __init__(self, root: Path | str):
+        self.root = Path(root)
+
+    # --- layout -------------------------------------------------------------------------
+    @property
+    def config(self) -> Path:
+        return self.root / "run.yaml"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def prompts(self) -> Path:
+        return self.root / "prompts.jsonl"
+
+    @property
+    def images_dir(self) -> Path:
+        return self.root / "images"
+
+    @property
+    def images(self) -> Path:
+        return self.root / "images.jsonl"
+
+    def image_shard(self, rank: int) -> Path:
+        return self.root / "shards" / f"images.rank{rank}.jsonl"
+
+    def image_path(self, prompt_id: str, sample: int) -> Path:
+        return self.images_dir / prompt_id / f"{sample}.png"
+
+    @property
+    def scores_dir(self) -> Path:
+        return self.root / "scores"
+
+    def scores(self, scorer: str) -> Path:
+        return self.scores_dir / f"{scorer}.jsonl"
+
+    @property
+    def activations_dir(self) -> Path:
+        return self.root / "activations"
+
+    @property
+    def probes_dir(self) -> Path:
+        return self.root / "probes"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def report_dir(self) -> Path:
+        return self.root / "report"
+
+    def rel(self, path: Path) -> str:
+        return Path(path).relative_to(self.root).as_posix()
+
+    # --- manifest -----------------------------------------------------------------------
+    def read_manifest(self) -> dict:
+        if not self.manifest.exists():
+            return {}
+        try:
+            return json.loads(self.manifest.read_text())
+        except json.JSONDecodeError as e:
+            raise AuditError(f"{self.manifest}: corrupted manifest ({e.msg})") from None
+
+    def update_stage(self, stage: str, **fields: Any) -> dict:
+        """Merge ``fields`` into ``manifest.stages[stage]`` and rewrite atomically."""
+        m = self.read_manifest()
+        m.setdefault("stages", {}).setdefault(stage, {}).update(fields)
+        atomic_write_json(self.manifest, m)
+        return m
+
+    def read_prompts(self) -> list[dict]:
+        if not self.prompts.exists():
+            raise AuditError(f"{self.root}: not a run directory (no prompts.jsonl)")
+        return read_jsonl(self.prompts)
+
+    def read_images(self) -> list[dict]:
+        return read_jsonl(self.images)
