@@ -1,0 +1,70 @@
+"""Scorers: did each image compose what its prompt asked, slot by slot? (No torch at import.)
+
+Python API (the CLI wraps these one to one):
+
+* :func:`list_scorers` — the registry's cards, as dicts (no scorer class is imported);
+* :func:`default_scorers` — a default set per prompt category, used by ``t2i-audit run``;
+* :func:`run_score_stage` — score a run directory, resumably (see :mod:`.stage`);
+* :func:`t2i_audit.scorers.calibrate.calibrate` / ``export_sheet`` — agreement with labels.
+
+Write your own scorer by subclassing :class:`t2i_audit.scorers.base.Scorer` or
+:class:`~t2i_audit.scorers.base.QuestionScorer` and adding a card (see ``base.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from .base import Answer, QuestionScorer, Scorer, ScoreItem  # noqa: F401  (pure python)
+from .registry import create_scorer, get_card, load_cards  # noqa: F401
+
+if TYPE_CHECKING:
+    from ..rundir import RunDir
+
+# categories (PromptRecord.category) → extra scorers on top of clip + vqa-blip
+_CATEGORY_SCORERS = {
+    "spatial": ["detect-owlv2"], "counting": ["detect-owlv2"], "count": ["detect-owlv2"],
+    "position": ["detect-owlv2"], "color_binding": ["detect-owlv2"], "colors": ["detect-owlv2"],
+    "color": ["detect-owlv2"],
+}
+
+
+def list_scorers(extra_cards: Iterable[str] = ()) -> list[dict]:
+    """One dict per registered scorer: name, description, family, model, measures, range,
+    higher_is_better, class, file."""
+    out = []
+    for name, c in sorted(load_cards(extra_cards).items()):
+        m = c.get("model") or {}
+        model = str(m.get("id", ""))
+        if m.get("pretrained"):
+            model += f" ({m['pretrained']})"
+        out.append({"name": name, "description": c.get("description", ""),
+                    "family": c.get("family", "custom"), "model": model,
+                    "revision": m.get("revision"), "measures": c.get("measures", ""),
+                    "range": c.get("range"), "higher_is_better": c.get("higher_is_better", True),
+                    "class": c.get("class"), "file": c.get("_file")})
+    return out
+
+
+def default_scorers(categories: set[str]) -> list[str]:
+    """``clip`` and ``vqa-blip`` always; ``detect-owlv2`` where positions, counts or colours of
+    objects are asked (categories containing spatial/count/position/color)."""
+    names = ["clip", "vqa-blip"]
+    for cat in sorted(categories or ()):
+        extra = _CATEGORY_SCORERS.get(cat)
+        if extra is None and any(k in cat for k in ("spatial", "count", "position", "color")):
+            extra = ["detect-owlv2"]
+        for n in extra or []:
+            if n not in names:
+                names.append(n)
+    return names
+
+
+def run_score_stage(run_dir: "RunDir", scorers: list[str], *, device: str = "cpu",
+                    batch_size: int = 16, progress: bool = True,
+                    overrides: dict | None = None) -> dict:
+    """Score ``run_dir`` with ``scorers``; returns counts per scorer. See :mod:`.stage`."""
+    from .stage import run_score_stage as _run
+
+    return _run(run_dir, scorers, device=device, batch_size=batch_size, progress=progress,
+                overrides=overrides)
