@@ -1,0 +1,216 @@
+"""The Python API that the CLI wraps one to one (for notebooks and scripts).
+
+    from t2i_audit import api
+    records = api.expand_suites(["prompts/colors.yaml"])
+    run_dir = api.run_audit(api.RunConfig(model="tiny-sd", prompts=["prompts/colors.yaml"], limit=20))
+
+``run_audit`` is every stage in order — prompts, generate, score, probe, report — each reading
+and writing files in one run directory, each skipping work already on disk.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import AuditError
+from .prompts import expand_files, sample_records, stable_hash
+from .rundir import RunDir, RunLock, atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
+
+STAGES = ("prompts", "generate", "score", "probe", "report")
+LIBRARIES = ("t2i-audit", "torch", "diffusers", "transformers", "accelerate", "open_clip_torch", "numpy",
+             "scikit-learn", "scipy", "pillow")
+
+
+class RunConfig(BaseModel):
+    """Everything that determines a run's output (plus where it goes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    prompts: list[str] = Field(min_length=1)
+    limit: Optional[int] = Field(default=None, gt=0)
+    images_per_prompt: int = Field(default=1, gt=0)
+    seed: int = 0
+    batch_size: int = Field(default=4, gt=0)
+    device: str = "auto"
+    dtype: Optional[str] = None  # None: the model card's default
+    steps: Optional[int] = Field(default=None, gt=0)
+    guidance: Optional[float] = None
+    size: Optional[int] = Field(default=None, gt=0)
+    scorers: Optional[list[str]] = None  # None: the default set for the suite's categories
+    probe_model: Optional[str] = None  # None: the generating model
+    stages: list[str] = list(STAGES)
+    out: Optional[str] = None
+
+    def fingerprint(self) -> str:
+        """Hash of what changes the output (not where it goes, not which stages run now)."""
+        return stable_hash(self.model_dump(exclude={"out", "stages", "device", "batch_size"}))[:6]
+
+
+def load_config(path: str | Path, **overrides) -> RunConfig:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except FileNotFoundError:
+        raise AuditError(f"{p}: config file not found") from None
+    except yaml.YAMLError as e:
+        raise AuditError(f"{p}: invalid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise AuditError(f"{p}: expected a mapping of run settings")
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return make_config(data, where=str(p))
+
+
+def make_config(data: dict, where: str = "run config") -> RunConfig:
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as e:
+        msgs = [f"{where}: {'.'.join(map(str, err['loc']))}: "
+                f"{'unknown setting' if err['type'] == 'extra_forbidden' else err['msg']}" for err in e.errors()]
+        raise AuditError("\n".join(msgs)) from None
+    unknown = [s for s in cfg.stages if s not in STAGES]
+    if unknown:
+        raise AuditError(f"{where}: stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
+    return cfg
+
+
+def expand_suites(paths: list[str], limit: Optional[int] = None, seed: int = 0) -> list[dict]:
+    records = expand_files(paths)
+    return sample_records(records, limit, seed) if limit else records
+
+
+def default_run_dir(cfg: RunConfig) -> Path:
+    suites = "+".join(Path(p).stem for p in cfg.prompts)
+    model = cfg.model.replace("hf:", "").replace("/", "--").replace("@", "-").strip(".-") or "model"
+    return Path("runs") / f"{model}_{suites}_{cfg.fingerprint()}"
+
+
+def library_versions() -> dict[str, Optional[str]]:
+    out = {"python": platform.python_version()}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            out[lib] = None
+    return out
+
+
+def resolved_settings(cfg: RunConfig, card) -> dict:
+    d = card.defaults
+    return {"steps": cfg.steps or d["steps"], "guidance": d["guidance"] if cfg.guidance is None else cfg.guidance,
+            "size": cfg.size or d["size"], "dtype": cfg.dtype or d["dtype"]}
+
+
+def prepare_run(cfg: RunConfig, card, records: list[dict]) -> RunDir:
+    """Lay out the run directory: run.yaml, manifest, prompts.jsonl (validated records)."""
+    run = RunDir(cfg.out or default_run_dir(cfg))
+    if run.prompts.exists():
+        old = [r["id"] for r in read_jsonl(run.prompts)]
+        if old != [r["id"] for r in records]:
+            raise AuditError(f"{run.root}: this run directory holds other prompts (made by another config); "
+                             "choose another --out or remove it")
+    else:
+        atomic_write_jsonl(run.prompts, records)
+    resolved = {**cfg.model_dump(), **resolved_settings(cfg, card), "out": str(run.root)}
+    atomic_write_text(run.config, yaml.safe_dump(resolved, sort_keys=False))
+    manifest = run.read_manifest()
+    manifest.setdefault("created_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    manifest.update({"fingerprint": cfg.fingerprint(), "model": card.as_dict(), "versions": library_versions(),
+                     "command": sys.argv, "suites": sorted({r["suite"] for r in records})})
+    manifest.setdefault("stages", {})["prompts"] = {"status": "done", "prompts": len(records),
+                                                    "categories": sorted({r["category"] for r in records})}
+    atomic_write_json(run.manifest, manifest)
+    return run
+
+
+def _stage_module(name: str):
+    """Import a stage's package; stages that are not installed are reported, not crashed on."""
+    try:
+        return importlib.import_module(f"t2i_audit.{name}")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith(f"t2i_audit.{name}"):
+            return None
+        raise
+
+
+def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
+    """Run every stage of ``cfg.stages`` in order; return the run directory."""
+    from accelerate import PartialState
+
+    from .generate import GenSettings, generate_images, resolve_device
+    from .models import resolve_model
+
+    # validate everything before the first byte is written
+    card = resolve_model(cfg.model)
+    records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
+    device = resolve_device(cfg.device)
+    state = PartialState(cpu=device == "cpu")
+    run = RunDir(cfg.out or default_run_dir(cfg))
+    with RunLock(run.root, state.process_index):
+        if state.is_main_process:
+            prepare_run(cfg, card, records)
+        state.wait_for_everyone()
+        if "generate" in cfg.stages:
+            s = resolved_settings(cfg, card)
+            gen = GenSettings(steps=s["steps"], guidance=s["guidance"], size=s["size"], dtype=s["dtype"],
+                              device=device, batch_size=cfg.batch_size, images_per_prompt=cfg.images_per_prompt,
+                              seed=cfg.seed)
+            generate_images(run, records, card, gen, state=state, progress=progress)
+        if not state.is_main_process:  # scoring, probes and the report run on the main process
+            return run.root
+        categories = {r["category"] for r in records}
+        scorers = None
+        if "score" in cfg.stages:
+            scorers = score_stage(run, cfg.scorers, categories, device=device, batch_size=cfg.batch_size,
+                                  progress=progress)
+        if "probe" in cfg.stages:
+            probe_stage(run, cfg.probe_model or cfg.model, scorer=scorers[0] if scorers else None,
+                        seed=cfg.seed, device=device, progress=progress)
+        if "report" in cfg.stages:
+            report_stage(run, progress=progress)
+    return run.root
+
+
+def score_stage(run: RunDir, scorers, categories: set, **kw) -> list[str]:
+    mod = _stage_module("scorers")
+    if mod is None:
+        run.update_stage("score", status="unavailable")
+        return []
+    names = scorers if scorers is not None else mod.default_scorers(categories)
+    if names:
+        mod.run_score_stage(run, names, **kw)
+    return names
+
+
+def probe_stage(run: RunDir, model: str, **kw) -> None:
+    mod = _stage_module("probes")
+    if mod is None:
+        run.update_stage("probe", status="unavailable")
+        return
+    mod.run_probe_stage(run, model=model, **kw)
+
+
+def report_stage(run: RunDir, **kw) -> Optional[Path]:
+    mod = _stage_module("report")
+    if mod is None:
+        run.update_stage("report", status="unavailable")
+        return None
+    return mod.render_report(run, **kw)
+
+
+def export_prompts(paths: list[str], out: str | Path, limit: Optional[int] = None, seed: int = 0) -> int:
+    return atomic_write_jsonl(Path(out), expand_suites(paths, limit, seed))
+
+
+def read_summary(run_dir: str | Path) -> dict:
+    p = RunDir(run_dir).summary
+    return json.loads(p.read_text()) if p.exists() else {}

@@ -1,0 +1,152 @@
+"""The ``t2i-audit`` command line: thin Typer commands over :mod:`t2i_audit.api`.
+
+Nothing here imports torch at module level, so ``--help``, ``prompts …`` and ``models`` are
+instant. User errors (AuditError) print one clear message and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .errors import AuditError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Audit whether a text-to-image model composes what it knows.")
+prompts_app = typer.Typer(no_args_is_help=True, help="Validate, inspect and export prompt suites.")
+app.add_typer(prompts_app, name="prompts")
+
+# Stage packages add their own commands; each registers through ``register(app)``.
+PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.report.cli", "t2i_audit.mini.cli")
+
+
+@app.command()
+def run(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo[@rev] or a local pipeline folder."),
+    prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="A run.yaml to rerun; other options override it."),
+    limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
+    images_per_prompt: Optional[int] = typer.Option(None, "--images-per-prompt", "-n"),
+    seed: Optional[int] = typer.Option(None, help="Base seed (default 0)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b"),
+    device: Optional[str] = typer.Option(None, help="auto | cuda | cuda:N | mps | cpu"),
+    dtype: Optional[str] = typer.Option(None, help="float16 | bfloat16 | float32 (default: the card's)"),
+    steps: Optional[int] = typer.Option(None),
+    guidance: Optional[float] = typer.Option(None),
+    size: Optional[int] = typer.Option(None, help="Square image size in pixels."),
+    scorer: Optional[List[str]] = typer.Option(None, "--scorer", help="Scorer(s) to run (default: per category)."),
+    stages: Optional[str] = typer.Option(None, help="Comma-separated subset of prompts,generate,score,probe,report."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default runs/<model>_<suite>_<hash>)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+):
+    """Generate, score, probe and report: every stage, resuming work already on disk."""
+    from . import api
+
+    given = {"model": model, "prompts": [str(p) for p in prompts] if prompts else None, "limit": limit,
+             "images_per_prompt": images_per_prompt, "seed": seed, "batch_size": batch_size, "device": device,
+             "dtype": dtype, "steps": steps, "guidance": guidance, "size": size,
+             "scorers": list(scorer) if scorer else None,
+             "stages": stages.split(",") if stages else None, "out": str(out) if out else None}
+    if config is not None:
+        cfg = api.load_config(config, **given)
+    else:
+        if not model or not prompts:
+            raise AuditError("run needs --model and --prompts (or --config run.yaml)")
+        cfg = api.make_config({k: v for k, v in given.items() if v is not None}, where="command line")
+    root = api.run_audit(cfg, progress=not quiet)
+    typer.echo(f"run directory: {root}")
+    report = Path(root) / "report" / "index.html"
+    if report.exists():
+        typer.echo(f"report: {report}")
+
+
+@app.command("models")
+def models_cmd(as_json: bool = typer.Option(False, "--json")):
+    """List model cards (any hf:org/repo or local pipeline folder works too)."""
+    from .models import list_models
+
+    rows = list_models()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    typer.echo(f"{'name':<15} {'steps':>5} {'cfg':>5} {'size':>5} {'dtype':<9} source")
+    for r in rows:
+        typer.echo(f"{r['name']:<15} {r['steps']:>5} {r['guidance']:>5} {r['size']:>5} {r['dtype']:<9} {r['source']}")
+
+
+@prompts_app.command("validate")
+def prompts_validate(files: List[Path] = typer.Argument(..., help="Suite YAML files.")):
+    """Validate suites strictly; print prompt counts, or every problem with file:line."""
+    from .prompts import expand_files, template_counts
+
+    records = expand_files(files)
+    for key, c in template_counts(records).items():
+        typer.echo(f"ok  {key:<40} {c['prompts']:>6} prompts  ({c['category']}; {c['heldout']} held out, {c['twins']} with twins)")
+    typer.echo(f"{len(records)} prompts in {len(files)} suite(s)")
+
+
+@prompts_app.command("show")
+def prompts_show(file: Path = typer.Argument(...), limit: int = typer.Option(5, "--limit", "-n"),
+                 as_json: bool = typer.Option(False, "--json", help="Full records instead of text lines.")):
+    """Counts per template and sample prompts with their questions."""
+    from .prompts import expand_files, template_counts
+
+    records = expand_files([file])
+    for key, c in template_counts(records).items():
+        typer.echo(f"{key}: {c['prompts']} prompts ({c['category']})")
+    seen: dict[str, int] = {}
+    for r in records:
+        if seen.get(r["template"], 0) >= limit:
+            continue
+        seen[r["template"]] = seen.get(r["template"], 0) + 1
+        if as_json:
+            typer.echo(json.dumps(r, ensure_ascii=False))
+            continue
+        typer.echo(f"\n[{r['id']}] {r['text']}   ({r['template']}, {r['split']}{', twin ' + r['twin'] if r['twin'] else ''})")
+        for q in r["questions"]:
+            dep = f"  (if {', '.join(q['depends_on'])})" if q["depends_on"] else ""
+            typer.echo(f"    {q['id']}: {q['text']}{dep}")
+
+
+@prompts_app.command("export")
+def prompts_export(files: List[Path] = typer.Argument(...), out: Path = typer.Option(..., "--out", "-o"),
+                   limit: Optional[int] = typer.Option(None), seed: int = typer.Option(0)):
+    """Expand suites to a JSONL file of PromptRecords."""
+    from .api import export_prompts
+
+    n = export_prompts([str(f) for f in files], out, limit, seed)
+    typer.echo(f"wrote {n} prompts to {out}")
+
+
+def _register_plugins() -> None:
+    for mod_name in PLUGIN_CLIS:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as e:
+            if e.name and mod_name.startswith(e.name):
+                continue  # that stage is not part of this install
+            raise
+        mod.register(app)
+
+
+_register_plugins()
+
+
+def main() -> None:
+    try:
+        app()
+    except AuditError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: finished work is on disk; rerun the same command to resume", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""The generation stage: diffusers pipelines, per-image seeds, batching, Accelerate sharding.
+
+An image depends only on (prompt id, sample index, base seed) and the settings: each gets its
+own CPU ``torch.Generator``, so batch size, process count and GPU model do not change which
+noise it starts from. Work is the ordered list of (prompt, sample) pairs not yet on disk;
+every process takes its contiguous share (``PartialState.split_between_processes``), writes
+PNGs atomically and appends its records to its own shard after each batch; the main process
+merges the shards into images.jsonl. A kill loses at most the batch in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+from .errors import AuditError
+from .models import ModelCard
+from .rundir import RunDir, append_jsonl, atomic_write_bytes, atomic_write_jsonl, read_jsonl, repair_jsonl
+
+DTYPES = ("float32", "float16", "bfloat16")
+BLACK_MAX = 0.02  # an image whose brightest pixel is below this (of 1.0) is flagged "black"
+
+
+@dataclass
+class GenSettings:
+    steps: int
+    guidance: float
+    size: int
+    dtype: str
+    device: str = "auto"
+    batch_size: int = 4
+    images_per_prompt: int = 1
+    seed: int = 0
+
+
+def image_seed(prompt_id: str, sample: int, base_seed: int) -> int:
+    """A 63-bit seed from (prompt id, sample, base seed): the same on every machine."""
+    digest = hashlib.sha256(f"{prompt_id}:{sample}:{base_seed}".encode()).hexdigest()
+    return int(digest[:15], 16)
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return "mps"
+        return "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise AuditError(f"--device {device}: CUDA is not available on this machine (use cpu or auto)")
+    return device
+
+
+def effective_dtype(dtype: str, device: str) -> tuple[str, Optional[str]]:
+    """The dtype actually used, and a note when it differs from the one asked for."""
+    if dtype not in DTYPES:
+        raise AuditError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    if device == "cpu" and dtype == "float16":
+        return "float32", "float16 is not supported for diffusion on CPU; used float32"
+    return dtype, None
+
+
+def load_pipeline(card: ModelCard, device: str, dtype: str):
+    import torch
+    from diffusers import DiffusionPipeline
+
+    path = card.pretrained_path()
+    try:
+        pipe = DiffusionPipeline.from_pretrained(path, revision=card.revision, torch_dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as e:
+        raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {e}") from None
+    pipe.set_progress_bar_config(disable=True)
+    return pipe.to(device)
+
+
+def _to_png(arr) -> tuple[bytes, list[str]]:
+    """float HWC in [0, 1] → PNG bytes, with flags for NaN and all-black images."""
+    import numpy as np
+    from PIL import Image
+
+    flags = []
+    if np.isnan(arr).any():
+        flags.append("nan")
+        arr = np.nan_to_num(arr, nan=0.0)
+    if float(arr.max()) < BLACK_MAX:
+        flags.append("black")
+    img = Image.fromarray((np.clip(arr, 0, 1) * 255).round().astype("uint8"))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue(), flags
+
+
+def _done_items(run: RunDir) -> dict[tuple[str, int], dict]:
+    done = {}
+    for rec in read_jsonl(run.images):
+        done[(rec["prompt_id"], rec["sample"])] = rec
+    for shard in sorted((run.root / "shards").glob("images.rank*.jsonl")):
+        for rec in read_jsonl(shard):
+            done[(rec["prompt_id"], rec["sample"])] = rec
+    # a record counts only if its PNG is there (a kill can land between the two writes)
+    return {k: r for k, r in done.items() if (run.root / r["path"]).exists()}
+
+
+def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSettings, *,
+                    state=None, progress: bool = True) -> dict:
+    """Generate every missing image of ``prompts``; return the stage's counts (main process)."""
+    import torch
+    from accelerate import PartialState
+
+    device = resolve_device(s.device)
+    dtype, dtype_note = effective_dtype(s.dtype, device)
+    state = state or PartialState(cpu=device == "cpu")
+    rank, world = state.process_index, state.num_processes
+    if device == "cuda":
+        device = f"cuda:{state.local_process_index}"
+    if device == "cpu" and world > 1:  # processes × threads ≤ cores, or everything crawls
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+
+    repair_jsonl(run.image_shard(rank))
+    done = _done_items(run)
+    items = [(p, k) for p in prompts for k in range(s.images_per_prompt) if (p["id"], k) not in done]
+    state.wait_for_everyone()  # everyone has read the same "done" before anyone writes
+
+    if state.is_main_process:
+        run.update_stage("generate", status="running", device=device, dtype=dtype, dtype_note=dtype_note,
+                         world_size=world, settings=asdict(s), requested=len(prompts) * s.images_per_prompt,
+                         reused=len(done))
+    pipe = load_pipeline(card, device, dtype) if items else None
+    with state.split_between_processes(items) as mine:
+        _generate_share(run, pipe, card, s, mine, rank, progress and state.is_main_process)
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        return {}
+    return merge_shards(run, prompts, s.images_per_prompt, made_now=len(items))
+
+
+def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, items: list, rank: int, progress: bool):
+    import torch
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(items), desc=f"generate {card.name}", unit="img", disable=not progress)
+    for start in range(0, len(items), s.batch_size):
+        batch = items[start : start + s.batch_size]
+        seeds = [image_seed(p["id"], k, s.seed) for p, k in batch]
+        generators = [torch.Generator("cpu").manual_seed(x) for x in seeds]
+        t0 = time.perf_counter()
+        out = pipe(prompt=[p["text"] for p, _ in batch], generator=generators, num_inference_steps=s.steps,
+                   guidance_scale=s.guidance, height=s.size, width=s.size, output_type="np", **card.call)
+        seconds = (time.perf_counter() - t0) / len(batch)
+        nsfw = getattr(out, "nsfw_content_detected", None) or [False] * len(batch)
+        records = []
+        for (p, k), seed, arr, unsafe in zip(batch, seeds, out.images, nsfw):
+            png, flags = _to_png(arr)
+            if unsafe:
+                flags.append("nsfw")
+            path = run.image_path(p["id"], k)
+            atomic_write_bytes(path, png)
+            records.append({"prompt_id": p["id"], "sample": k, "seed": seed, "path": run.rel(path),
+                            "sha256": hashlib.sha256(png).hexdigest(), "width": int(arr.shape[1]),
+                            "height": int(arr.shape[0]), "seconds": round(seconds, 4), "flags": flags,
+                            "model": card.name, "rank": rank})
+        append_jsonl(run.image_shard(rank), records)
+        bar.update(len(batch))
+    bar.close()
+
+
+def merge_shards(run: RunDir, prompts: list[dict], images_per_prompt: int, made_now: int) -> dict:
+    """Write images.jsonl in prompt order from every shard; return counts for the manifest."""
+    done = _done_items(run)
+    order = [(p["id"], k) for p in prompts for k in range(images_per_prompt)]
+    records = [done[key] for key in order if key in done]
+    atomic_write_jsonl(run.images, records)
+    flags: dict[str, int] = {}
+    for r in records:
+        for f in r["flags"]:
+            flags[f] = flags.get(f, 0) + 1
+    missing = len(order) - len(records)
+    counts = {"status": "done" if not missing else "incomplete", "images": len(records),
+              "generated_now": made_now, "missing": missing, "flags": flags,
+              "seconds_per_image": round(sum(r["seconds"] for r in records) / max(1, len(records)), 4)}
+    run.update_stage("generate", **counts)
+    return counts

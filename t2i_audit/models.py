@@ -1,0 +1,151 @@
+"""Model cards (models.yaml beside this file) and resolution of any model reference.
+
+A reference is a card name (``sd-xl``, ``tiny-sd``, ``mini``), ``hf:org/repo[@revision]``,
+or a local diffusers pipeline folder (``./my-pipeline``, ``local:/abs/path``). Every one ends
+in the same ``DiffusionPipeline.from_pretrained`` call: tiny cards are materialised to a
+local folder first, so tests walk the real loading path. No torch import here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .errors import AuditError, did_you_mean
+
+CARDS_FILE = Path(__file__).with_name("models.yaml")
+PACKAGE_DIR = Path(__file__).parent
+GENERIC_DEFAULTS = {"steps": 30, "guidance": 5.0, "size": 512, "dtype": "float16"}
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    name: str
+    repo: Optional[str] = None  # HF repo id
+    revision: Optional[str] = None
+    local: Optional[str] = None  # local pipeline folder
+    tiny: bool = False
+    pipeline: Optional[str] = None
+    defaults: dict = field(default_factory=lambda: dict(GENERIC_DEFAULTS))
+    call: dict = field(default_factory=dict)
+    text_encoders_: tuple = ()
+
+    def pretrained_path(self) -> str:
+        """What to hand to ``from_pretrained``: a local folder or an HF repo id."""
+        if self.tiny:
+            from .tiny import materialize
+
+            return str(materialize(self.name))
+        if self.local:
+            return self.local
+        return self.repo
+
+    @property
+    def source(self) -> str:
+        if self.tiny:
+            return f"tiny:{self.name}"
+        return self.local or f"hf:{self.repo}" + (f"@{self.revision}" if self.revision else "")
+
+    @property
+    def text_encoders(self) -> list[dict]:
+        """Tokenizer/text-encoder subfolders; read from model_index.json when the card has none."""
+        if self.text_encoders_:
+            return [dict(t) for t in self.text_encoders_]
+        return discover_text_encoders(self.pretrained_path(), self.revision)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "source": self.source, "repo": self.repo, "revision": self.revision,
+                "local": self.local, "pipeline": self.pipeline, "defaults": self.defaults, "call": self.call}
+
+
+def _model_index(path_or_repo: str, revision: Optional[str]) -> dict:
+    p = Path(path_or_repo)
+    if p.is_dir():
+        f = p / "model_index.json"
+        if not f.exists():
+            raise AuditError(f"{p}: not a diffusers pipeline folder (no model_index.json)")
+        return json.loads(f.read_text())
+    from huggingface_hub import hf_hub_download
+
+    return json.loads(Path(hf_hub_download(path_or_repo, "model_index.json", revision=revision)).read_text())
+
+
+def discover_text_encoders(path_or_repo: str, revision: Optional[str] = None) -> list[dict]:
+    index = _model_index(path_or_repo, revision)
+    out = []
+    for key, spec in sorted(index.items()):
+        if not key.startswith("text_encoder") or not isinstance(spec, list) or spec[0] is None:
+            continue
+        suffix = key[len("text_encoder"):]
+        kind = "t5" if "T5" in str(spec[1]) else "clip"
+        out.append({"name": key, "tokenizer": f"tokenizer{suffix}", "kind": kind})
+    return out
+
+
+@lru_cache(maxsize=1)
+def _cards() -> dict[str, dict]:
+    return yaml.safe_load(CARDS_FILE.read_text())
+
+
+def _tiny_cards() -> dict[str, dict]:
+    try:
+        from .tiny import TINY_MODELS
+    except ImportError:  # the tiny builders are optional at import time
+        return {}
+    return TINY_MODELS
+
+
+def card_names() -> list[str]:
+    return sorted({*_cards(), *_tiny_cards()})
+
+
+def list_models() -> list[dict]:
+    out = []
+    for name in card_names():
+        c = resolve_model(name)
+        out.append({"name": name, "source": c.source, "pipeline": c.pipeline, **c.defaults})
+    return out
+
+
+def _from_card(name: str, spec: dict, tiny: bool = False) -> ModelCard:
+    local = None
+    if "package" in spec:
+        local = str(PACKAGE_DIR / spec["package"])
+    return ModelCard(
+        name=name, repo=spec.get("repo"), revision=spec.get("revision"), local=local, tiny=tiny,
+        pipeline=spec.get("pipeline"), defaults={**GENERIC_DEFAULTS, **spec.get("defaults", {})},
+        call=dict(spec.get("call", {})), text_encoders_=tuple(spec.get("text_encoders", ())))
+
+
+def resolve_model(ref: str) -> ModelCard:
+    """Turn a card name, ``hf:`` id or local folder into a ModelCard, or explain the problem."""
+    ref = ref.strip()
+    cards = _cards()
+    if ref in cards:
+        return _from_card(ref, cards[ref])
+    tiny = _tiny_cards()
+    if ref in tiny:
+        return _from_card(ref, tiny[ref], tiny=True)
+    if ref.startswith("hf:"):
+        repo, _, rev = ref[3:].partition("@")
+        if repo.count("/") != 1 or not all(repo.split("/")):
+            raise AuditError(f"model {ref!r}: expected hf:org/repo[@revision]")
+        return ModelCard(name=repo.replace("/", "--"), repo=repo, revision=rev or None)
+    path_str = ref[len("local:"):] if ref.startswith("local:") else ref
+    path = Path(path_str).expanduser()
+    if path.is_dir():
+        if not (path / "model_index.json").exists():
+            raise AuditError(f"model {ref!r}: folder {path} has no model_index.json (not a diffusers pipeline)")
+        index = json.loads((path / "model_index.json").read_text())
+        return ModelCard(name=path.resolve().name, local=str(path.resolve()), pipeline=index.get("_class_name"))
+    if ref.startswith(("local:", "./", "/", "~")) or "/" in ref:
+        raise AuditError(f"model {ref!r}: no such folder {path}")
+    raise AuditError(f"unknown model {ref!r}.{did_you_mean(ref, card_names())} "
+                     "Or pass hf:org/repo[@revision] or a local pipeline folder.")
+
+
