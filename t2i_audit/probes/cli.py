@@ -1,0 +1,84 @@
+"""CLI commands ``probe`` and ``predict`` (registered on the main Typer app). No torch here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import AuditError
+
+
+def _run_model(run: Path) -> str | None:
+    """The model a run was made with, from manifest.json or run.yaml, if recorded."""
+    from ..rundir import RunDir
+
+    rd = RunDir(run)
+    m = rd.read_manifest()
+    model = m.get("model") or (m.get("stages", {}).get("generate") or {}).get("model")
+    if not model and rd.config.exists():
+        import yaml
+
+        cfg = yaml.safe_load(rd.config.read_text()) or {}
+        model = cfg.get("model")
+        if isinstance(model, dict):
+            model = model.get("name")
+    return model
+
+
+def probe(
+    run: Path = typer.Argument(..., help="Run directory (with prompts.jsonl; scores/ for failure analyses)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model card or folder; default: the run's model."),
+    scorer: Optional[str] = typer.Option(None, "--scorer", help="Scorer whose verdicts define success; default: all in scores/."),
+    layers: str = typer.Option("all", "--layers", help="all | last | comma list of indices (negative ok) or names (h03, final)."),
+    poolings: str = typer.Option("eos,mean,slot", "--poolings", help="Comma list of eos, mean, slot."),
+    seed: int = typer.Option(0, "--seed"),
+    device: str = typer.Option("cpu", "--device"),
+    denoiser: bool = typer.Option(False, "--denoiser/--no-denoiser", help="Also hook the UNet/transformer blocks (runs the pipeline)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
+) -> None:
+    """Linear probes: constituent decodability, failure prediction vs baseline, decodability ↔ success."""
+    from . import run_probe_stage
+
+    model = model or _run_model(run)
+    if not model:
+        raise AuditError(f"{run}: the run does not record its model; pass --model")
+    res = run_probe_stage(run, model=model, scorer=scorer, layers=layers,
+                          poolings=tuple(p.strip() for p in poolings.split(",") if p.strip()),
+                          seed=seed, device=device, denoiser=denoiser, progress=not quiet)
+    fp = res.get("failure_prediction", {})
+    typer.echo(f"probes written to {Path(run) / 'probes'}")
+    if "auroc" in fp:
+        typer.echo(f"failure prediction ({fp['encoder']}/{fp['layer']}/{fp['pooling']}): AUROC "
+                   f"{fp['auroc']:.3f} vs prompt-only baseline {fp['baseline_auroc']:.3f} — {fp['verdict']}")
+    else:
+        typer.echo(f"failure prediction skipped: {fp.get('skipped')}")
+    cr = res.get("correlation", {})
+    if "spearman" in cr:
+        s = cr["spearman"]
+        typer.echo(f"decodability vs success ({cr['n_units']} {cr['unit']}s): Spearman {s['r']} "
+                   f"CI {s['ci']} p_perm {s['p_perm']}")
+
+
+def predict(
+    model: str = typer.Option(..., "--model", help="Model card or folder (the one the run was probed with)."),
+    prompts: Path = typer.Option(..., "--prompts", help="Suite YAML (expanded) or prompts.jsonl."),
+    from_run: Path = typer.Option(..., "--from", help="Probed run directory (probes/failure_probe.json)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Ranking JSONL; default <prompts stem>.risk.jsonl."),
+    device: str = typer.Option("cpu", "--device"),
+    top: int = typer.Option(10, "--top", help="How many of the riskiest to print."),
+) -> None:
+    """Rank never-generated prompts by predicted failure risk, using a run's fitted probe."""
+    from . import predict_failures
+
+    out = out or prompts.with_name(prompts.stem + ".risk.jsonl")
+    ranked = predict_failures(model, prompts, from_run, out, device=device)
+    for r in ranked[:top]:
+        typer.echo(f"{r['rank']:>4}  {r['risk']:.3f}  {r['text']}")
+    typer.echo(f"{len(ranked)} prompts ranked -> {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("probe")(probe)
+    app.command("predict")(predict)

@@ -1,0 +1,231 @@
+"""The ``probe`` stage: extract activations, fit the three analyses, write probes/ + summary."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import AuditError
+from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
+from . import linear
+from .activations import load_activations, load_array
+
+PROMPT_LEVEL = ("eos", "mean")  # poolings that describe a whole prompt (slot-* describe one slot)
+
+
+# --- labels -----------------------------------------------------------------------------------
+def success_rates(rd: RunDir, scorer: str | None = None) -> tuple[dict[str, float], list[str]]:
+    """Per prompt: mean verdict over its samples (and scorers); prompts without one are absent."""
+    if scorer:
+        paths = [rd.scores(scorer)]
+        if not paths[0].exists():
+            have = sorted(p.stem for p in rd.scores_dir.glob("*.jsonl"))
+            raise AuditError(f"{paths[0]}: no scores for scorer {scorer!r} (have: {', '.join(have) or 'none'})")
+    else:
+        paths = sorted(rd.scores_dir.glob("*.jsonl")) if rd.scores_dir.exists() else []
+    votes: dict[str, list[float]] = {}
+    for path in paths:
+        for r in read_jsonl(path):
+            if r.get("kind") == "prompt" and r.get("verdict") is not None:
+                votes.setdefault(r["prompt_id"], []).append(float(bool(r["verdict"])))
+    return {k: float(np.mean(v)) for k, v in votes.items()}, [p.stem for p in paths]
+
+
+def slot_targets(prompts: Sequence[dict]) -> dict[str, str]:
+    """Slot name → family, for every slot some prompt has."""
+    out: dict[str, str] = {}
+    for p in prompts:
+        for s, fam in (p.get("families") or {}).items():
+            out.setdefault(s, fam)
+    return dict(sorted(out.items()))
+
+
+def _fmt(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), 6)
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, float):
+        return _fmt(obj)
+    return obj
+
+
+# --- the stage --------------------------------------------------------------------------------
+def fit_probes(rd: RunDir, prompts: list[dict], encoders: Sequence[str], *, scorer: str | None,
+               seed: int = 0, n_splits: int = 5, n_boot: int = 1000, progress: bool = True) -> dict:
+    """Fit decodability / failure / correlation on stored activations; write probes/*.jsonl."""
+    by_id = {p["id"]: p for p in prompts}
+    targets = slot_targets(prompts)
+    rates, scorers = success_rates(rd, scorer)
+    t0 = time.perf_counter()
+    dec_rows, fail_rows, corr_rows = [], [], []
+    probe_fits: list[dict] = []
+    for enc in encoders:
+        enc_dir = rd.activations_dir / enc
+        meta, ids = load_activations(enc_dir)
+        recs = [by_id[i] for i in ids if i in by_id]
+        if len(recs) != len(ids):
+            raise AuditError(f"{enc_dir}/index.jsonl: prompt ids not in {rd.prompts}; rerun extraction")
+        groups = np.array([p.get("composition") or p["id"] for p in recs])
+        success = np.array([rates.get(p["id"], np.nan) for p in recs])
+        for array in meta["arrays"]:
+            layer, pooling = array.split("__", 1)
+            X = np.asarray(load_array(enc_dir, array), dtype=np.float32)
+            finite = np.isfinite(X).all(1)
+            p_true = np.full((len(recs), len(targets)), np.nan)
+            for j, (slot, family) in enumerate(targets.items()):
+                vals = np.array([str((p.get("slots") or {}).get(slot, "")) for p in recs])
+                rows = np.flatnonzero(finite & (vals != ""))
+                if len(rows) < 2 * n_splits or len(np.unique(vals[rows])) < 2 or len(np.unique(groups[rows])) < 2:
+                    continue
+                res, pt = linear.decodability(X[rows], vals[rows], groups[rows], n_splits=n_splits, seed=seed)
+                p_true[rows, j] = pt
+                dec_rows.append({"encoder": enc, "layer": layer, "pooling": pooling, "target": slot,
+                                 "family": family, **res})
+            if pooling.startswith("slot-"):
+                continue
+            # prompt-level arrays: failure prediction and correlation
+            decod = np.nanmean(p_true, axis=1) if np.isfinite(p_true).any() else np.full(len(recs), np.nan)
+            labelled = np.flatnonzero(np.isfinite(success) & finite)
+            failed = success[labelled] < 0.5
+            if len(labelled) >= 2 * n_splits and 0 < failed.sum() < len(failed):
+                sub = [recs[i] for i in labelled]
+                base_X, _ = linear.onehot_constituents(sub)
+                fr = linear.failure_prediction(X[labelled], failed, groups[labelled], base_X,
+                                               n_splits=n_splits, seed=seed, n_boot=n_boot)
+                fail_rows.append({"encoder": enc, "layer": layer, "pooling": pooling, **fr})
+                probe_fits.append({"encoder": enc, "array": array, "auroc": fr["auroc"]["auroc"],
+                                   "kind": meta.get("kind")})
+            if np.isfinite(decod).sum() >= 3 and np.isfinite(success).sum() >= 3:
+                for unit in ("composition", "binding"):
+                    cr = linear.decodability_success_correlation(recs, decod, success, unit=unit, seed=seed,
+                                                                 n_boot=n_boot, n_perm=n_boot)
+                    if cr["n_units"] >= 3:
+                        corr_rows.append({"encoder": enc, "layer": layer, "pooling": pooling,
+                                          "mean_decodability": float(np.nanmean(decod)), **cr})
+        if progress:
+            print(f"[probe] fitted {enc}: {time.perf_counter() - t0:.1f} s so far", file=sys.stderr)
+    rd.probes_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_jsonl(rd.probes_dir / "decodability.jsonl", (_clean(r) for r in dec_rows))
+    atomic_write_jsonl(rd.probes_dir / "failure.jsonl", (_clean(r) for r in fail_rows))
+    atomic_write_jsonl(rd.probes_dir / "correlation.jsonl", (_clean(r) for r in corr_rows))
+    probe_file = _save_failure_probe(rd, recs_by_id=by_id, rates=rates, fits=probe_fits, seed=seed)
+    return _summarize(dec_rows, fail_rows, corr_rows, scorers=scorers, n_labelled=len(rates),
+                      probe_file=probe_file, seconds=time.perf_counter() - t0)
+
+
+def _save_failure_probe(rd: RunDir, *, recs_by_id: dict, rates: dict, fits: list[dict], seed: int):
+    """Refit the text-encoder probe with the best out-of-fold AUROC on all labelled prompts."""
+    text_fits = [f for f in fits if f["encoder"] != "denoiser" and f["auroc"] is not None
+                 and not math.isnan(f["auroc"])]
+    if not text_fits:
+        return None
+    best = max(text_fits, key=lambda f: f["auroc"])
+    enc_dir = rd.activations_dir / best["encoder"]
+    meta, ids = load_activations(enc_dir)
+    X = np.asarray(load_array(enc_dir, best["array"]), dtype=np.float32)
+    rows = [i for i, pid in enumerate(ids) if pid in rates and np.isfinite(X[i]).all()]
+    failed = np.array([rates[ids[i]] < 0.5 for i in rows]).astype(int)
+    model = linear._probe(seed, 1.0).fit(X[rows], failed)
+    scaler, lr = model[0], model[-1]
+    layer, pooling = best["array"].split("__", 1)
+    probe = {"encoder": best["encoder"], "layer": layer, "pooling": pooling,
+             "fingerprint": meta["fingerprint"], "model": meta.get("model"),
+             "oof_auroc": best["auroc"], "n": len(rows), "failure_rate": float(failed.mean()),
+             "mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(),
+             "coef": lr.coef_[0].tolist(), "intercept": float(lr.intercept_[0]),
+             "compositions": sorted({recs_by_id[ids[i]].get("composition") or ids[i] for i in rows})}
+    path = rd.probes_dir / "failure_probe.json"
+    atomic_write_json(path, probe)
+    return rd.rel(path)
+
+
+def _summarize(dec, fail, corr, *, scorers, n_labelled, probe_file, seconds) -> dict:
+    best_layers = {}
+    for r in dec:
+        key = f"{r['encoder']}/{r['pooling']}/{r['target']}"
+        if key not in best_layers or r["accuracy"] > best_layers[key]["accuracy"]:
+            best_layers[key] = {"layer": r["layer"], "accuracy": _fmt(r["accuracy"]),
+                                "chance": _fmt(r["chance"]), "control": _fmt(r.get("control_accuracy"))}
+    out: dict = {"scorers": scorers, "n_labelled_prompts": n_labelled,
+                 "files": ["probes/decodability.jsonl", "probes/failure.jsonl", "probes/correlation.jsonl"]
+                 + ([probe_file] if probe_file else []),
+                 "decodability_best_layer": best_layers, "fit_seconds": round(seconds, 2)}
+    if fail:
+        b = max(fail, key=lambda r: -1 if math.isnan(r["auroc"]["auroc"]) else r["auroc"]["auroc"])
+        out["failure_prediction"] = _clean({
+            "encoder": b["encoder"], "layer": b["layer"], "pooling": b["pooling"],
+            "auroc": b["auroc"]["auroc"], "auroc_ci": b["auroc"]["ci"],
+            "baseline_auroc": b["baseline_auroc"]["auroc"], "baseline_auroc_ci": b["baseline_auroc"]["ci"],
+            "diff_ci": b["auroc_diff"]["ci"], "verdict": b["verdict"], "n": b["n"],
+            "note": "best of all layers x poolings by out-of-fold AUROC (a selected maximum)"})
+    else:
+        out["failure_prediction"] = {"skipped": "no scored prompts with both outcomes"}
+    comp = [r for r in corr if r["unit"] == "composition"]
+    if comp:
+        b = max(comp, key=lambda r: r["mean_decodability"])
+        out["correlation"] = _clean({
+            "encoder": b["encoder"], "layer": b["layer"], "pooling": b["pooling"], "unit": b["unit"],
+            "n_units": b["n_units"], "spearman": b["spearman"], "pearson": b["pearson"],
+            "note": "layer x pooling with the highest mean decodability"})
+    else:
+        out["correlation"] = {"skipped": "needs scored prompts and decodable constituents"}
+    return out
+
+
+def write_summary(rd: RunDir, probes: dict) -> None:
+    """Read-modify-write summary.json, touching only the "probes" key."""
+    summary = {}
+    if rd.summary.exists():
+        try:
+            summary = json.loads(rd.summary.read_text())
+        except json.JSONDecodeError as e:
+            raise AuditError(f"{rd.summary}: corrupted summary ({e.msg})") from None
+    summary["probes"] = probes
+    atomic_write_json(rd.summary, summary)
+
+
+def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: str = "all",
+                    poolings=("eos", "mean", "slot"), seed: int = 0, device: str = "cpu",
+                    denoiser: bool = False, progress: bool = True, n_splits: int = 5,
+                    n_boot: int = 1000, batch_size: int = 32) -> dict:
+    from .activations import extract_text_activations
+
+    rd = RunDir(run_dir)
+    prompts = rd.read_prompts()
+    if not prompts:
+        raise AuditError(f"{rd.prompts}: no prompts")
+    t0 = time.perf_counter()
+    rd.update_stage("probe", status="running", model=model, seed=seed)
+    if isinstance(poolings, str):
+        poolings = tuple(p.strip() for p in poolings.split(",") if p.strip())
+    metas = extract_text_activations(prompts, rd.activations_dir, model, layers=layers,
+                                     poolings=poolings, device=device, batch_size=batch_size,
+                                     progress=progress)
+    t_extract = time.perf_counter() - t0
+    encoders = list(metas)
+    if denoiser:
+        from .denoiser import extract_denoiser_activations
+
+        extract_denoiser_activations(rd, model, device=device, progress=progress)
+        encoders.append("denoiser")
+    probes = fit_probes(rd, prompts, encoders, scorer=scorer, seed=seed, n_splits=n_splits,
+                        n_boot=n_boot, progress=progress)
+    probes.update(model=model, seed=seed, layers=layers, poolings=list(poolings),
+                  encoders={k: {"arrays": len(v["arrays"]), "dim": v["dim"], "bytes": v["bytes"],
+                                "truncated": len(v["truncated"])} for k, v in metas.items()},
+                  extract_seconds=round(t_extract, 2))
+    write_summary(rd, probes)
+    rd.update_stage("probe", status="done", n_prompts=len(prompts), encoders=encoders,
+                    seconds=round(time.perf_counter() - t0, 2), scorers=probes["scorers"])
+    return probes
