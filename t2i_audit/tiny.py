@@ -41,7 +41,7 @@ TINY_MODELS: dict[str, dict] = {
         "family": "sd",
         "text_encoders": [{"name": "text_encoder", "tokenizer": "tokenizer", "kind": _CLIP}],
         "defaults": {"steps": 2, "guidance": 5.0, "size": 32, "dtype": "float32"},
-        "call_kwargs": {},
+        "call": {},
     },
     "tiny-sdxl": {
         "pipeline": "StableDiffusionXLPipeline",
@@ -51,7 +51,7 @@ TINY_MODELS: dict[str, dict] = {
             {"name": "text_encoder_2", "tokenizer": "tokenizer_2", "kind": _CLIP},
         ],
         "defaults": {"steps": 2, "guidance": 5.0, "size": 32, "dtype": "float32"},
-        "call_kwargs": {},
+        "call": {},
     },
     "tiny-sd3": {
         "pipeline": "StableDiffusion3Pipeline",
@@ -62,7 +62,7 @@ TINY_MODELS: dict[str, dict] = {
             {"name": "text_encoder_3", "tokenizer": "tokenizer_3", "kind": _T5},
         ],
         "defaults": {"steps": 2, "guidance": 5.0, "size": 32, "dtype": "float32"},
-        "call_kwargs": {},
+        "call": {},
     },
     "tiny-flux": {
         "pipeline": "FluxPipeline",
@@ -73,7 +73,7 @@ TINY_MODELS: dict[str, dict] = {
         ],
         # guidance-distilled like FLUX.1-dev: guidance goes in as an embedding, no CFG batch doubling
         "defaults": {"steps": 2, "guidance": 3.5, "size": 32, "dtype": "float32"},
-        "call_kwargs": {},
+        "call": {},
     },
     "tiny-pixart": {
         "pipeline": "PixArtSigmaPipeline",
@@ -82,7 +82,7 @@ TINY_MODELS: dict[str, dict] = {
         "defaults": {"steps": 2, "guidance": 5.0, "size": 32, "dtype": "float32"},
         # PixArt bins resolutions by transformer.sample_size and only knows 32/64/128/256 (256-2048 px):
         # a tiny transformer must be called without binning, or the pipeline raises "Invalid sample size".
-        "call_kwargs": {"use_resolution_binning": False, "clean_caption": False},
+        "call": {"use_resolution_binning": False, "clean_caption": False},
     },
 }
 

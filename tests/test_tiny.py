@@ -55,7 +55,7 @@ def generate(name, pipe, prompts, seeds, output="uint8"):
         height=d["size"],
         width=d["size"],
         output_type="np",
-        **card["call_kwargs"],
+        **card["call"],
     ).images
     return (images * 255).round().astype(np.uint8) if output == "uint8" else images
 
