@@ -31,6 +31,7 @@ PROBE_SEP = "~"
 
 DEFAULT_TEMPLATES = {
     "attribute": "Is the {object} {value}?",
+    "attribute_material": "Is the {object} made of {value}?",  # attribute_<family> overrides
     "relation": "Is the {subject} {relation} the {object}?",
 }
 
@@ -72,7 +73,8 @@ def build_queries(prompt: Mapping, templates: Mapping[str, str] | None = None) -
                     continue
                 out.append({
                     "id": f"{q['id']}{PROBE_SEP}{b['id']}", "kind": "attribute",
-                    "text": tpl["attribute"].format(object=a["name"], value=other),
+                    "text": tpl.get(f"attribute_{fam}", tpl["attribute"]).format(
+                        object=a["name"], value=other),
                     "object": a["id"], "family": fam, "value": other, "depends_on": [],
                     "probe": {"for": q["id"], "type": "cross", "source": b["id"]},
                 })

@@ -1,0 +1,139 @@
+"""Loading CLIP-style models: open_clip (named, tagged or local) and transformers CLIPModel.
+
+``load_clip(model_cfg, device)`` returns a :class:`ClipModel` with one interface whatever the
+backend: ``encode_images(list[PIL]) -> (n, d)`` and ``encode_texts(list[str]) -> (m, d)``
+(both L2-normalised float32 tensors), ``n_tokens(text)`` and ``context_length`` (for the
+77-token truncation record) and ``logit_scale``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import AuditError
+
+_REGISTERED: dict[str, str] = {}
+
+
+def torch_dtype(name: str | None, device: str):
+    import torch
+
+    if not name:
+        return torch.float16 if str(device).startswith("cuda") else torch.float32
+    try:
+        return {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+                "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}[name]
+    except KeyError:
+        raise AuditError(f"scorer card: unknown dtype {name!r} (float32|float16|bfloat16)") from None
+
+
+def _register_open_clip_config(name: str, config_path: str) -> None:
+    """Register a custom architecture JSON under ``name`` (open_clip names configs by file stem)."""
+    import open_clip
+
+    p = Path(config_path)
+    if not p.exists():
+        raise AuditError(f"{p}: open_clip model config not found")
+    try:
+        cfg = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise AuditError(f"{p}: invalid JSON ({e.msg})") from None
+    cfg = cfg.get("model_cfg", cfg)
+    key = json.dumps(cfg, sort_keys=True)
+    if _REGISTERED.get(name) == key:
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="t2i_audit_oc_"))
+    (tmp / f"{name}.json").write_text(json.dumps(cfg))
+    open_clip.add_model_config(tmp)
+    _REGISTERED[name] = key
+
+
+class ClipModel:
+    def __init__(self, backend: str, model, preprocess, tokenizer, context_length: int, device: str,
+                 dtype):
+        self.backend, self.model, self.preprocess = backend, model, preprocess
+        self.tokenizer, self.context_length, self.device, self.dtype = tokenizer, context_length, device, dtype
+
+    @property
+    def logit_scale(self) -> float:
+        ls = getattr(self.model, "logit_scale", None)
+        return float(ls.exp().item()) if ls is not None else 100.0
+
+    def n_tokens(self, text: str) -> int:
+        if self.backend == "open_clip":
+            enc = getattr(self.tokenizer, "encode", None)
+            if enc is not None:
+                return len(enc(text)) + 2  # + start/end tokens
+            ids = self.tokenizer([text], context_length=10_000)[0]
+            return int((ids != 0).sum())
+        return len(self.tokenizer(text, truncation=False)["input_ids"])
+
+    def encode_images(self, images):
+        import torch
+
+        with torch.no_grad():
+            if self.backend == "open_clip":
+                x = torch.stack([self.preprocess(im) for im in images]).to(self.device, self.dtype)
+                f = self.model.encode_image(x)
+            else:
+                px = self.preprocess(images=list(images), return_tensors="pt")["pixel_values"]
+                f = self.model.get_image_features(pixel_values=px.to(self.device, self.dtype))
+                f = getattr(f, "pooler_output", f)
+        f = f.float()
+        return f / f.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+    def encode_texts(self, texts, batch_size: int = 256):
+        import torch
+
+        outs = []
+        with torch.no_grad():
+            for i in range(0, len(texts), batch_size):
+                chunk = list(texts[i:i + batch_size])
+                if self.backend == "open_clip":
+                    ids = self.tokenizer(chunk).to(self.device)
+                    f = self.model.encode_text(ids)
+                else:
+                    tok = self.tokenizer(chunk, padding=True, truncation=True,
+                                         max_length=self.context_length, return_tensors="pt")
+                    f = self.model.get_text_features(**{k: v.to(self.device) for k, v in tok.items()})
+                    f = getattr(f, "pooler_output", f)
+                outs.append(f.float())
+        f = torch.cat(outs)
+        return f / f.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def load_clip(model_cfg: Mapping[str, Any], device: str = "cpu") -> ClipModel:
+    backend = model_cfg.get("backend", "open_clip")
+    dtype = torch_dtype(model_cfg.get("dtype"), device)
+    mid = str(model_cfg.get("id"))
+    if backend == "open_clip":
+        import open_clip
+
+        if model_cfg.get("config"):
+            _register_open_clip_config(mid, model_cfg["config"])
+        pretrained = model_cfg.get("pretrained")
+        if pretrained and model_cfg.get("local") and not Path(str(pretrained)).exists():
+            raise AuditError(f"{pretrained}: local open_clip checkpoint not found")
+        try:
+            model, _, preprocess = open_clip.create_model_and_transforms(
+                mid, pretrained=pretrained, device=device)
+        except RuntimeError as e:
+            raise AuditError(f"open_clip model {mid!r} (pretrained={pretrained!r}): {e}") from e
+        model = model.to(device=device, dtype=dtype).eval()
+        tokenizer = open_clip.get_tokenizer(mid)
+        ctx = int(getattr(tokenizer, "context_length", 77) or 77)
+        return ClipModel("open_clip", model, preprocess, tokenizer, ctx, device, dtype)
+    if backend == "transformers":
+        from transformers import AutoProcessor, CLIPModel
+
+        rev = model_cfg.get("revision") or None
+        kw = {} if model_cfg.get("local") else {"revision": rev}
+        model = CLIPModel.from_pretrained(mid, dtype=dtype, **kw).to(device).eval()
+        proc = AutoProcessor.from_pretrained(mid, **kw)
+        tok = proc.tokenizer
+        ctx = int(model.config.text_config.max_position_embeddings)
+        return ClipModel("transformers", model, proc.image_processor, tok, ctx, device, dtype)
+    raise AuditError(f"scorer card: unknown CLIP backend {backend!r} (open_clip|transformers)")

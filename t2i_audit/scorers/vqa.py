@@ -1,0 +1,154 @@
+"""VQA scorers: P(yes) for each DSG question (and each probe used to type failures).
+
+* :class:`BlipVqaScorer` — ``BlipForQuestionAnswering`` (T2I-CompBench's BLIP-VQA): the image
+  is encoded once, each question attends to it, and the text decoder's first-token logits give
+  P("yes") and P("no").
+* :class:`VlmYesScorer` — VQAScore-style (Lin et al. 2024) P("Yes") of the next token from a
+  transformers-native vision-language model (``AutoModelForImageTextToText``; the card default
+  is LLaVA-1.5), plus a ``metric: vqascore`` record for the whole prompt
+  ("Does this figure show '{text}'?").
+
+``value`` of a question record is ``P(yes) / (P(yes) + P(no))``; the verdict is
+``value >= thresholds.yes``; ``extra.p_yes`` / ``extra.p_no`` are the raw softmax
+probabilities. The decision layer is :meth:`YesNoScorer.yes_no` — override it to inject.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .base import Answer, QuestionScorer, ScoreItem
+
+
+class YesNoScorer(QuestionScorer):
+    family = "vqa"
+
+    def yes_no(self, pairs: Sequence[tuple]) -> list[tuple[float, float, bool]]:
+        """For each (PIL image, question text): (P(yes), P(no), truncated)."""
+        raise NotImplementedError
+
+    def answer(self, items: Sequence[ScoreItem], queries) -> list[dict[str, Answer]]:
+        thr = float(self.thresholds.get("yes", 0.5))
+        pairs, where = [], []
+        for i, (it, qs) in enumerate(zip(items, queries)):
+            for q in qs:
+                pairs.append((it.image, q["text"]))
+                where.append((i, q["id"]))
+        out: list[dict[str, Answer]] = [{} for _ in items]
+        for (i, qid), (py, pn, trunc) in zip(where, self.yes_no(pairs) if pairs else []):
+            v = py / (py + pn) if (py + pn) > 0 else 0.5
+            out[i][qid] = Answer(value=v, passed=v >= thr, truncated=trunc,
+                                 extra={"p_yes": py, "p_no": pn, "threshold": thr})
+        return out
+
+    @staticmethod
+    def _token_ids(tokenizer, words: Sequence[str]) -> list[int]:
+        ids = []
+        unk = getattr(tokenizer, "unk_token_id", None)
+        for w in words:
+            enc = tokenizer(w, add_special_tokens=False)["input_ids"]
+            if enc and enc[0] != unk and enc[0] not in ids:
+                ids.append(enc[0])
+        return ids
+
+    def _load_hf(self, model_cls_name: str):
+        import transformers
+
+        from .clip_models import torch_dtype
+
+        m = self.model_cfg
+        kw = {} if m.get("local") else {"revision": m.get("revision") or None}
+        cls = getattr(transformers, model_cls_name)
+        self.processor = transformers.AutoProcessor.from_pretrained(m["id"], **kw)
+        self.model = cls.from_pretrained(m["id"], dtype=torch_dtype(m.get("dtype"), self.device),
+                                         **kw).to(self.device).eval()
+        self.tokenizer = self.processor.tokenizer
+
+
+class BlipVqaScorer(YesNoScorer):
+    def load_model(self) -> None:
+        self._load_hf("BlipForQuestionAnswering")
+        opt = self.card.get("options") or {}
+        self.yes_ids = self._token_ids(self.tokenizer, opt.get("yes_tokens", ["yes"]))
+        self.no_ids = self._token_ids(self.tokenizer, opt.get("no_tokens", ["no"]))
+
+    def yes_no(self, pairs):
+        import torch
+
+        images = []
+        index: dict[int, int] = {}
+        for im, _ in pairs:  # encode each distinct image once
+            if id(im) not in index:
+                index[id(im)] = len(images)
+                images.append(im)
+        texts = [t for _, t in pairs]
+        tok = self.tokenizer
+        m = self.model
+        max_len = min(int(getattr(tok, "model_max_length", 512) or 512),
+                      int(m.config.text_config.max_position_embeddings))
+        trunc = [len(tok(t)["input_ids"]) > max_len for t in texts]
+        with torch.no_grad():
+            px = self.processor.image_processor(images=images, return_tensors="pt")["pixel_values"]
+            img = m.vision_model(pixel_values=px.to(self.device, m.dtype))[0]
+            img = img[torch.tensor([index[id(im)] for im, _ in pairs], device=img.device)]
+            enc = tok(texts, padding=True, truncation=True, max_length=max_len, return_tensors="pt").to(self.device)
+            img_mask = torch.ones(img.shape[:-1], dtype=torch.long, device=img.device)
+            q = m.text_encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                               encoder_hidden_states=img, encoder_attention_mask=img_mask,
+                               return_dict=False)[0]
+            bos = torch.full((len(texts), 1), m.decoder_start_token_id, device=q.device)
+            logits = m.text_decoder(input_ids=bos, encoder_hidden_states=q,
+                                    encoder_attention_mask=enc["attention_mask"]).logits[:, -1]
+            probs = logits.float().softmax(-1)
+        py = probs[:, self.yes_ids].sum(-1).tolist()
+        pn = probs[:, self.no_ids].sum(-1).tolist()
+        return list(zip(py, pn, trunc))
+
+
+class VlmYesScorer(YesNoScorer):
+    DEFAULT_TEMPLATE = "USER: <image>\n{question} Please answer yes or no. ASSISTANT:"
+
+    def load_model(self) -> None:
+        self._load_hf(self.card.get("options", {}).get("model_class", "AutoModelForImageTextToText"))
+        self.tokenizer.padding_side = "left"  # the answer token is predicted at the last position
+        opt = self.card.get("options") or {}
+        self.yes_ids = self._token_ids(self.tokenizer, opt.get("yes_tokens", ["Yes", "yes"]))
+        self.no_ids = self._token_ids(self.tokenizer, opt.get("no_tokens", ["No", "no"]))
+
+    def _text(self, question: str) -> str:
+        tpl = (self.card.get("templates") or {}).get("question")
+        if tpl:
+            return tpl.format(question=question)
+        chat = [{"role": "user", "content": [{"type": "image"},
+                                             {"type": "text", "text": f"{question} Please answer yes or no."}]}]
+        return self.processor.apply_chat_template(chat, add_generation_prompt=True)
+
+    def yes_no(self, pairs, chunk: int = 8):
+        import torch
+
+        out = []
+        for s in range(0, len(pairs), chunk):
+            part = pairs[s:s + chunk]
+            texts = [self._text(t) for _, t in part]
+            enc = self.processor(images=[im for im, _ in part], text=texts, padding=True,
+                                 return_tensors="pt").to(self.device)
+            if "pixel_values" in enc:
+                enc["pixel_values"] = enc["pixel_values"].to(self.model.dtype)
+            with torch.no_grad():
+                probs = self.model(**enc).logits[:, -1].float().softmax(-1)
+            py = probs[:, self.yes_ids].sum(-1).tolist()
+            pn = probs[:, self.no_ids].sum(-1).tolist()
+            out.extend((a, b, False) for a, b in zip(py, pn))
+        return out
+
+    def metrics(self, items: Sequence[ScoreItem]) -> list[list[dict]]:
+        tpl = (self.card.get("templates") or {}).get("prompt", 'Does this figure show "{text}"?')
+        res = self.yes_no([(it.image, tpl.format(text=it.prompt["text"])) for it in items])
+        thr = float(self.thresholds.get("yes", 0.5))
+        recs = []
+        for it, (py, pn, trunc) in zip(items, res):
+            norm = py / (py + pn) if (py + pn) > 0 else 0.5
+            recs.append([self.record(it, "metric", metric="vqascore", value=py, verdict=norm >= thr,
+                                     truncated=trunc, extra={"p_no": pn, "normalised": norm,
+                                                             "threshold": thr})])
+        return recs
