@@ -68,8 +68,13 @@ def effective_dtype(dtype: str, device: str) -> tuple[str, Optional[str]]:
 
 def load_pipeline(card: ModelCard, device: str, dtype: str):
     import torch
+    import transformers
     from diffusers import DiffusionPipeline
+    from diffusers.utils import logging as diffusers_logging
 
+    # our own bar shows progress; the libraries' loading bars would bury it
+    diffusers_logging.disable_progress_bar()
+    transformers.utils.logging.disable_progress_bar()
     path = card.pretrained_path()
     try:
         pipe = DiffusionPipeline.from_pretrained(path, revision=card.revision, torch_dtype=getattr(torch, dtype))

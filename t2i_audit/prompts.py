@@ -198,7 +198,7 @@ def expand_template(suite: Suite, t: Template, held: set) -> list[dict]:
     return records
 
 
-def sample_records(records: list[dict], max_count: int, seed: int = 0, candidates: int = 24) -> list[dict]:
+def sample_records(records: list[dict], max_count: int, seed: int = 0, candidates: int = 128) -> list[dict]:
     """A deterministic, balanced subset: twins stay together, slot values are used evenly.
 
     Greedy: at each pick, of a few random remaining groups take the one whose
@@ -222,6 +222,8 @@ def sample_records(records: list[dict], max_count: int, seed: int = 0, candidate
         window = min(candidates, len(keys))
         j = min(range(window), key=lambda x: cost(keys[x]))
         k = keys.pop(j)
+        if len(chosen) + len(groups[k]) > max_count:  # a twin pair that would overshoot
+            continue
         for i in groups[k]:
             chosen.append(i)
             for s, v in records[i]["slots"].items():
