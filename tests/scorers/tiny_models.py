@@ -125,3 +125,23 @@ def llava_model(folder: Path) -> dict:
     LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=8, num_additional_image_tokens=1,
                    vision_feature_select_strategy="default").save_pretrained(folder)
     return {"id": str(folder), "local": True, "revision": "tiny"}
+
+
+def owlv2_model(folder: Path) -> dict:
+    import torch
+    from transformers import Owlv2Config, Owlv2ForObjectDetection, Owlv2ImageProcessor, Owlv2Processor
+
+    tok = clip_tokenizer()
+    torch.manual_seed(0)
+    cfg = Owlv2Config(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_attention_heads=2,
+                         num_hidden_layers=1, max_position_embeddings=16, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id),
+        vision_config=dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37,
+                           num_attention_heads=2, num_hidden_layers=1),
+        projection_dim=32)
+    Owlv2ForObjectDetection(cfg).save_pretrained(folder)
+    tok.model_max_length = 16
+    Owlv2Processor(image_processor=Owlv2ImageProcessor(size={"height": 32, "width": 32}),
+                   tokenizer=tok).save_pretrained(folder)
+    return {"id": str(folder), "local": True, "revision": "tiny"}

@@ -1,0 +1,130 @@
+"""CLI commands ``score``, ``scorers`` and ``calibrate`` (no torch at import)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import AuditError
+
+
+def parse_sets(sets: List[str] | None, models: List[str] | None = None) -> dict:
+    """``--set clip.thresholds.margin=0.05`` and ``--model clip=/path`` → overrides per scorer."""
+    import yaml
+
+    out: dict = {}
+    for item in sets or []:
+        path, eq, raw = item.partition("=")
+        parts = path.split(".")
+        if not eq or len(parts) < 2 or not all(parts):
+            raise AuditError(f"--set {item!r}: expected SCORER.KEY[.SUBKEY]=VALUE")
+        node = out.setdefault(parts[0], {})
+        for p in parts[1:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = yaml.safe_load(raw)
+    for item in models or []:
+        name, eq, path = item.partition("=")
+        if not eq or not name or not path:
+            raise AuditError(f"--model {item!r}: expected SCORER=PATH_OR_REPO_ID")
+        local = Path(path).expanduser().exists()
+        m = out.setdefault(name, {}).setdefault("model", {})
+        m["id"] = str(Path(path).expanduser().resolve()) if local else path
+        if local:
+            m["local"] = True
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("score")
+    def score_cmd(
+        run: Path = typer.Argument(..., help="Run directory (with prompts.jsonl and images.jsonl)."),
+        scorer: Optional[List[str]] = typer.Option(None, "--scorer", "-s",
+                                                   help="Scorer name (repeatable); default: per prompt category."),
+        device: str = typer.Option("auto", help="cpu, cuda, cuda:1 or auto."),
+        batch_size: int = typer.Option(16, help="Images per batch."),
+        card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML (repeatable)."),
+        set_: Optional[List[str]] = typer.Option(None, "--set", help="Card override SCORER.KEY=VALUE."),
+        model: Optional[List[str]] = typer.Option(None, "--model", help="SCORER=local folder or repo id."),
+        progress: bool = typer.Option(True, help="Show a progress bar."),
+    ) -> None:
+        """Score every image of RUN: one record per (image, question/metric) in scores/<scorer>.jsonl."""
+        from ..rundir import RunDir, RunLock
+        from . import default_scorers, run_score_stage
+
+        rd = RunDir(run)
+        if not rd.root.is_dir():
+            raise AuditError(f"{rd.root}: run directory not found")
+        names = list(scorer or default_scorers({p.get("category", "") for p in rd.read_prompts()}))
+        with RunLock(rd.root):
+            counts = run_score_stage(rd, names, device=device, batch_size=batch_size, progress=progress,
+                                     overrides=parse_sets(set_, model), extra_cards=[str(c) for c in card or []])
+        for name, c in counts.items():
+            typer.echo(f"{name}: {c['scored']} scored, {c['resumed']} resumed, {c['excluded']} excluded "
+                       f"(flagged); passed {c['passed']}, failed {c['failed']}; {c['records']} records "
+                       f"in {c['seconds']} s; truncated {c['truncated']}; failures {c['failures']}")
+
+    @app.command("scorers")
+    def scorers_cmd(
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML."),
+    ) -> None:
+        """List the registered scorers (cards in t2i_audit/cards/scorers, entry points, --card)."""
+        from . import list_scorers
+
+        rows = list_scorers([str(c) for c in card or []])
+        if as_json:
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        for r in rows:
+            hib = "higher is better" if r["higher_is_better"] else "lower is better"
+            typer.echo(f"{r['name']:<16} [{r['family']}] {r['model']}  range {r['range']}, {hib}")
+            typer.echo(f"{'':<16} {r['description']}")
+
+    @app.command("calibrate")
+    def calibrate_cmd(
+        run: Path = typer.Argument(..., help="Run directory with scores/."),
+        labels: Optional[Path] = typer.Option(None, help="labels.csv: prompt_id,sample[,question_id],label."),
+        export_sheet: Optional[Path] = typer.Option(None, "--export-sheet", help="Write a labelling sheet CSV."),
+        per: str = typer.Option("both", help="Sheet rows per prompt, question or both."),
+        scorer: Optional[List[str]] = typer.Option(None, "--scorer", "-s", help="Scorers (default: all)."),
+        fit_threshold: bool = typer.Option(False, help="Fit the card's threshold by grouped CV; save a card copy."),
+        folds: int = typer.Option(5, help="Cross-validation folds."),
+        positive: float = typer.Option(0.5, help="Labels >= this count as yes."),
+        bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the CIs."),
+        card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML."),
+    ) -> None:
+        """Agreement of scorers with labels (accuracy, Cohen's kappa, Kendall tau, Spearman rho, CIs)."""
+        from .calibrate import calibrate, export_sheet as _export
+
+        if export_sheet is None and labels is None:
+            raise AuditError("calibrate: give --labels labels.csv or --export-sheet sheet.csv")
+        if export_sheet is not None:
+            n = _export(run, export_sheet, per=per)
+            typer.echo(f"wrote {n} rows to {export_sheet}")
+        if labels is not None:
+            rep = calibrate(run, labels, scorers=scorer, positive=positive, n_boot=bootstrap,
+                            fit_threshold=fit_threshold, folds=folds, extra_cards=[str(c) for c in card or []])
+            for name, e in rep["scorers"].items():
+                typer.echo(f"{name}: {e['matched']} labels matched, {e['unmatched']} unmatched")
+                for level, cats in e["levels"].items():
+                    for cat, m in cats.items():
+                        typer.echo(f"  {level:<8} {cat:<16} n={m['n']:<4} acc={_f(m.get('accuracy'))} "
+                                   f"{_ci(m.get('accuracy_ci'))} kappa={_f(m.get('kappa'))} "
+                                   f"tau={_f(m.get('kendall_tau'))} rho={_f(m.get('spearman_rho'))}")
+                if "threshold" in e:
+                    t = e["threshold"]
+                    typer.echo(f"  threshold {t['key']}: {t['previous']} -> {t['threshold']:.4g} "
+                               f"(cv accuracy {_f(t['cv_accuracy'])} vs {_f(t['cv_accuracy_previous'])}); "
+                               f"card copy {t.get('card')}")
+            typer.echo(f"report: {Path(run) / 'calibration' / 'report.json'}")
+
+
+def _f(v) -> str:
+    return "—" if v is None else f"{v:.3f}"
+
+
+def _ci(ci) -> str:
+    return "" if not ci or ci[0] is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
