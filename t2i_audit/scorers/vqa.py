@@ -9,7 +9,7 @@
   ("Does this figure show '{text}'?").
 
 ``value`` of a question record is ``P(yes) / (P(yes) + P(no))``; the verdict is
-``value >= thresholds.yes``; ``extra.p_yes`` / ``extra.p_no`` are the raw softmax
+``value >= thresholds.p_yes``; ``extra.p_yes`` / ``extra.p_no`` are the raw softmax
 probabilities. The decision layer is :meth:`YesNoScorer.yes_no` — override it to inject.
 """
 
@@ -28,7 +28,7 @@ class YesNoScorer(QuestionScorer):
         raise NotImplementedError
 
     def answer(self, items: Sequence[ScoreItem], queries) -> list[dict[str, Answer]]:
-        thr = float(self.thresholds.get("yes", 0.5))
+        thr = float(self.thresholds.get("p_yes", 0.5))
         pairs, where = [], []
         for i, (it, qs) in enumerate(zip(items, queries)):
             for q in qs:
@@ -144,7 +144,7 @@ class VlmYesScorer(YesNoScorer):
     def metrics(self, items: Sequence[ScoreItem]) -> list[list[dict]]:
         tpl = (self.card.get("templates") or {}).get("prompt", 'Does this figure show "{text}"?')
         res = self.yes_no([(it.image, tpl.format(text=it.prompt["text"])) for it in items])
-        thr = float(self.thresholds.get("yes", 0.5))
+        thr = float(self.thresholds.get("p_yes", 0.5))
         recs = []
         for it, (py, pn, trunc) in zip(items, res):
             norm = py / (py + pn) if (py + pn) > 0 else 0.5
