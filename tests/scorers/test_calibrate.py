@@ -1,0 +1,108 @@
+"""Calibration numbers against hand-computed values; threshold fit; labelling sheet; bad labels."""
+
+import csv
+import math
+
+import pytest
+
+from t2i_audit.errors import AuditError
+from t2i_audit.rundir import append_jsonl
+from t2i_audit.scorers.base import Scorer, ScoreItem
+from t2i_audit.scorers.calibrate import calibrate, export_sheet
+from t2i_audit.scorers.registry import get_card, load_card_file
+
+from .scenes import draw, make_run, prompt
+
+VERDICTS = [True, True, True, False, False, False]
+VALUES = [0.9, 0.8, 0.7, 0.4, 0.3, 0.2]
+LABELS = [1, 1, 0, 1, 0, 0]
+
+
+@pytest.fixture
+def run(tmp_path):
+    ps = [prompt("red", "square", pid=f"p{i:012d}", category="color" if i < 3 else "spatial") for i in range(6)]
+    ps.append(prompt("red", "square", pid="p" + "9" * 12))  # a flagged image: not in the sheet
+    rd = make_run(tmp_path / "run", [(p, draw([("square", "red", (2, 2, 20, 20))])) for p in ps], flags={6: ["nsfw"]})
+    s = Scorer(get_card("vqa-blip"))
+    recs = []
+    for p, img, v, x in zip(ps, rd.read_images(), VERDICTS, VALUES):
+        it = ScoreItem(p, img)
+        recs.append(s.record(it, "question", question_id="q1", value=x, verdict=v))
+        recs.append(s.prompt_record(it, v, [], value=x))
+    append_jsonl(rd.scores("vqa-blip"), recs)
+    return rd
+
+
+def write_labels(path, rows, header=("prompt_id", "sample", "question_id", "label")):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def test_agreement_matches_hand_computed(run, tmp_path):
+    labels = write_labels(tmp_path / "l.csv", [(f"p{i:012d}", 0, "", lab) for i, lab in enumerate(LABELS)])
+    rep = calibrate(run, labels, n_boot=200)
+    m = rep["scorers"]["vqa-blip"]["levels"]["prompt"]["all"]
+    assert m["n"] == 6
+    assert m["accuracy"] == pytest.approx(4 / 6)
+    assert m["kappa"] == pytest.approx(1 / 3)  # po 4/6, pe 1/2
+    assert m["kendall_tau"] == pytest.approx(7 / math.sqrt(15 * 9))  # tau-b: C=8, D=1, 6 ties in y
+    assert m["spearman_rho"] == pytest.approx(10.5 / math.sqrt(17.5 * 13.5))
+    lo, hi = m["accuracy_ci"]
+    assert 0 <= lo <= m["accuracy"] <= hi <= 1
+    color = rep["scorers"]["vqa-blip"]["levels"]["prompt"]["color"]
+    assert color["n"] == 3 and color["accuracy"] == pytest.approx(2 / 3) and color["kappa"] == pytest.approx(0.0)
+    assert (run.root / "calibration" / "report.json").exists()
+
+
+def test_yes_no_labels_and_image_column(run, tmp_path):
+    imgs = run.read_images()
+    rows = [(imgs[i]["path"], "yes" if lab else "no") for i, lab in enumerate(LABELS)]
+    labels = write_labels(tmp_path / "l.csv", rows, header=("image", "label"))
+    m = calibrate(run, labels, n_boot=0, write=False)["scorers"]["vqa-blip"]["levels"]["prompt"]["all"]
+    assert m["accuracy"] == pytest.approx(4 / 6) and m["accuracy_ci"] == (None, None)
+
+
+def test_fit_threshold_by_cv_writes_card_copy(run, tmp_path):
+    labels = write_labels(tmp_path / "l.csv", [(f"p{i:012d}", 0, "q1", lab) for i, lab in enumerate(LABELS)])
+    rep = calibrate(run, labels, fit_threshold=True, n_boot=0)
+    t = rep["scorers"]["vqa-blip"]["threshold"]
+    # accuracy 5/6 at both 0.35 and 0.75; the tie goes to the cut closest to the old 0.5
+    assert t["threshold"] == pytest.approx(0.35) and t["train_accuracy"] == pytest.approx(5 / 6)
+    assert t["previous"] == 0.5 and t["folds"] == 5 and 0 <= t["cv_accuracy"] <= 1
+    (card,) = load_card_file(t["card"])
+    assert card["name"] == "vqa-blip" and card["thresholds"]["p_yes"] == pytest.approx(0.35)
+    assert card["model"]["id"] == "Salesforce/blip-vqa-base" and card["calibration"]["labels_n"] == 6
+
+
+def test_bad_labels(run, tmp_path):
+    with pytest.raises(AuditError, match="labels file not found"):
+        calibrate(run, tmp_path / "nope.csv")
+    with pytest.raises(AuditError, match=r"needs columns 'label'.*found prompt_id, verdict"):
+        calibrate(run, write_labels(tmp_path / "a.csv", [("p1", 1)], header=("prompt_id", "verdict")))
+    with pytest.raises(AuditError, match=r"b\.csv:3: label 'maybe' is not 1/0"):
+        calibrate(run, write_labels(tmp_path / "b.csv", [("p000000000000", 0, "", 1), ("p000000000001", 0, "", "maybe")]))
+    with pytest.raises(AuditError, match=r"c\.csv:2: image 'x.png' is not in"):
+        calibrate(run, write_labels(tmp_path / "c.csv", [("x.png", 1)], header=("image", "label")))
+    with pytest.raises(AuditError, match=r"no records for scorer 'clip' \(have: vqa-blip\)"):
+        calibrate(run, write_labels(tmp_path / "d.csv", [("p000000000000", 0, "", 1)]), scorers=["clip"])
+
+
+def test_export_sheet(run, tmp_path):
+    n = export_sheet(run, tmp_path / "sheet.csv")
+    rows = list(csv.DictReader(open(tmp_path / "sheet.csv")))
+    assert n == len(rows) == 6 * (1 + 2)  # flagged image left out; prompt row + 2 questions
+    assert rows[0]["kind"] == "prompt" and rows[0]["question"].startswith('Does the image show "a photo of a red')
+    assert rows[1]["question"] == "Is there a square?" and rows[1]["label"] == ""
+    assert (run.root / rows[0]["image"]).exists()
+    # a filled sheet is a valid labels file
+    for r, lab in zip(rows, [1, 1, 0] * 6):
+        r["label"] = lab
+    with open(tmp_path / "filled.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    rep = calibrate(run, tmp_path / "filled.csv", n_boot=0, write=False)["scorers"]["vqa-blip"]
+    assert rep["levels"]["prompt"]["all"]["n"] == 6 and rep["levels"]["question"]["all"]["n"] == 6
