@@ -1,0 +1,211 @@
+"""Models side by side: pair images by prompt and sample, compare success with paired
+bootstrap CIs, correct for multiple comparisons (Holm), rank, show disagreements.
+
+Pairing key: the prompt id (stable hash of suite, version, template, slots). Runs of
+different suites have disjoint ids, so with ``allow_different_suites`` prompts are matched by
+(template, prompt text) instead, and only the shared ones are compared; the page says so.
+An image pair counts only when every run has a verdict for it (flagged/unscored images drop
+out of all runs alike, so rates stay paired).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import analysis
+from ..errors import AuditError
+from ..rundir import atomic_write_json, atomic_write_text
+from .html import render, static_assets
+from .tables import choose_scorer, load_run, write_tables
+from .thumbs import Thumbs
+
+ALPHA = 0.05
+N_BOOT = 2000
+DISAGREE_MAX = 200
+
+
+def _labels(runs) -> list[str]:
+    labels = [r.model for r in runs]
+    out = []
+    for lab, r in zip(labels, runs):
+        out.append(f"{lab} ({r.rd.root.name})" if labels.count(lab) > 1 else lab)
+    return out
+
+
+def _common_scorer(runs, wanted: str | None) -> str:
+    names = [set(r.scorers) for r in runs]
+    common = set.intersection(*names) if names else set()
+    if wanted is not None:
+        for r in runs:
+            choose_scorer(r.scorers, wanted, r.rd.scores_dir)  # raises with did-you-mean
+        return wanted
+    if not common:
+        detail = "; ".join(f"{r.rd.root}: {', '.join(sorted(r.scorers)) or 'none'}" for r in runs)
+        raise AuditError(f"no scorer has scored every run ({detail}); run the same scorer on each")
+    votes = {n: sum(sum(v[0] is not None for v in r.scorers[n].prompts.values()) for r in runs)
+             for n in common}
+    return sorted(common, key=lambda n: (-votes[n], n))[0]
+
+
+def _keyed(run, by_text: bool) -> dict:
+    """key -> {"prompt": rec, "samples": {sample: row}} with row = images_df record."""
+    out = {}
+    for r in run.images_df.to_dict("records"):
+        p = run.prompts[r["prompt_id"]]
+        key = f"{p.get('template')}|{p.get('text')}" if by_text else r["prompt_id"]
+        out.setdefault(key, {"prompt": p, "samples": {}})["samples"][int(r["sample"])] = r
+    return out
+
+
+def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
+            scorer: str | None = None, seed: int = 0) -> Path:
+    if len(run_dirs) < 2:
+        raise AuditError(f"compare needs at least two runs, got {len(run_dirs)}")
+    runs = [load_run(d) for d in run_dirs]
+    scorer = _common_scorer(runs, scorer)
+    runs = [load_run(d, scorer) for d in run_dirs]
+    labels = _labels(runs)
+    suites = [r.suites for r in runs]
+    different = any(s != suites[0] for s in suites[1:])
+    if different and not allow_different_suites:
+        detail = "; ".join(f"{r.rd.root}: {', '.join(s)}" for r, s in zip(runs, suites))
+        raise AuditError(f"runs are of different suites ({detail}); pass "
+                         "--allow-different-suites to compare only the prompts they share")
+    keyed = [_keyed(r, by_text=different) for r in runs]
+    shared_keys = sorted(set.intersection(*(set(k) for k in keyed)))
+    if not shared_keys:
+        raise AuditError("the runs share no prompt" + (" (matched by template and text)" if different else ""))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # paired images: (key, sample) with a verdict in every run
+    pairs = []
+    for key in shared_keys:
+        samples = set.intersection(*(set(k[key]["samples"]) for k in keyed))
+        for s in sorted(samples):
+            rows = [k[key]["samples"][s] for k in keyed]
+            if all(r["verdict"] is not None for r in rows):
+                pairs.append((key, s, rows))
+    if not pairs:
+        raise AuditError(f"no image has a {scorer!r} verdict in every run; score the runs first")
+    p0 = {key: keyed[0][key]["prompt"] for key in shared_keys}
+    pair_df = pd.DataFrame([{"key": key, "sample": s, "prompt": p0[key].get("text"),
+                             "category": p0[key].get("category"), "template": p0[key].get("template"),
+                             **{f"verdict:{lab}": bool(r["verdict"]) for lab, r in zip(labels, rows)},
+                             **{f"prompt_id:{lab}": r["prompt_id"] for lab, r in zip(labels, rows)}}
+                            for key, s, rows in pairs])
+
+    groups = [("overall", "all", pair_df)]
+    for col in ("category", "template"):
+        for val, g in pair_df.groupby(col, sort=True):
+            groups.append((col, val, g))
+    rates, diffs = [], []
+    t = 0
+    for kind, val, g in groups:
+        per_unit = g.groupby("key")
+        for lab in labels:
+            k, n = int(g[f"verdict:{lab}"].sum()), len(g)
+            rate, lo, hi = analysis.wilson(k, n)
+            rates.append({"group": kind, "value": val, "model": lab, "n": n, "k": k,
+                          "rate": rate, "lo": lo, "hi": hi})
+        sums = {lab: per_unit[f"verdict:{lab}"].agg(["sum", "count"]) for lab in labels}
+        for a, b in combinations(labels, 2):
+            res = analysis.paired_bootstrap(sums[a]["sum"].to_numpy(), sums[a]["count"].to_numpy(),
+                                            sums[b]["sum"].to_numpy(), sums[b]["count"].to_numpy(),
+                                            n_boot=N_BOOT, seed=seed + t)
+            t += 1
+            diffs.append({"group": kind, "value": val, "a": a, "b": b, **res})
+    adj = analysis.holm([d["p"] for d in diffs])
+    for d, pa in zip(diffs, adj):
+        d["p_holm"] = float(pa)
+        d["significant"] = bool(np.isfinite(pa) and pa < ALPHA)
+
+    overall = {r["model"]: r for r in rates if r["group"] == "overall"}
+    ranking = []
+    for lab in sorted(labels, key=lambda m: -overall[m]["rate"]):
+        wins = sum(1 for d in diffs if d["group"] == "overall" and d["significant"] and
+                   ((d["a"] == lab and d["diff"] > 0) or (d["b"] == lab and d["diff"] < 0)))
+        losses = sum(1 for d in diffs if d["group"] == "overall" and d["significant"] and
+                     ((d["a"] == lab and d["diff"] < 0) or (d["b"] == lab and d["diff"] > 0)))
+        ranking.append({"model": lab, **overall[lab], "wins": wins, "losses": losses})
+    for i, r in enumerate(ranking):  # tied rank while not significantly separated
+        r["rank"] = 1 if i == 0 else (ranking[i - 1]["rank"] if not _sep(diffs, ranking[i - 1]["model"], r["model"]) else i + 1)
+
+    thumbs = Thumbs(out)
+    disagree = []
+    for key, s, rows in pairs:
+        vs = [bool(r["verdict"]) for r in rows]
+        if len(set(vs)) < 2:
+            continue
+        disagree.append((key, s, rows))
+    cards = []
+    for key, s, rows in disagree[:DISAGREE_MAX]:
+        cells = []
+        for run, lab, r in zip(runs, labels, rows):
+            path = run.rd.root / r["path"]
+            sd = run.scorers[scorer]
+            qs = [{"text": q.get("text"),
+                   "verdict": sd.questions.get((r["prompt_id"], s, q.get("id")), (None,))[0]}
+                  for q in run.prompts[r["prompt_id"]].get("questions", [])]
+            cells.append({"model": lab, "verdict": r["verdict"], "failure_types": r["failure_types"],
+                          "thumb": thumbs.ensure(path, r["sha256"]),
+                          "href": Path(os.path.relpath(path, out)).as_posix(), "questions": qs})
+        cards.append({"text": p0[key].get("text"), "category": p0[key].get("category"),
+                      "template": p0[key].get("template"), "sample": s, "cells": cells})
+    thumbs.prune()
+
+    tables = {
+        "rates": write_tables(pd.DataFrame(rates), out, "rates"),
+        "differences": write_tables(pd.DataFrame(diffs), out, "differences"),
+        "pairs": write_tables(pair_df, out, "pairs"),
+    }
+    note = None
+    if different:
+        n_all = [len(k) for k in keyed]
+        note = (f"Runs are of different suites; only the {len(shared_keys)} prompts they share "
+                f"(matched by template and prompt text) are compared — of "
+                + ", ".join(f"{n} in {lab}" for n, lab in zip(n_all, labels)) + ".")
+    summary = {"models": labels, "runs": [str(r.rd.root) for r in runs], "scorer": scorer,
+               "suites": suites, "different_suites": different, "shared_prompts": len(shared_keys),
+               "paired_images": len(pairs), "disagreements": len(disagree),
+               "correction": "holm", "alpha": ALPHA, "n_boot": N_BOOT, "seed": seed,
+               "ranking": [{k: r[k] for k in ("rank", "model", "rate", "lo", "hi", "n", "wins", "losses")} for r in ranking],
+               "differences": [d for d in diffs if d["group"] == "overall"], "tables": tables,
+               "note": note}
+    atomic_write_json(out / "compare.json", summary)
+    ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note,
+           "runs": [{"label": lab, "root": r.rd.root.name, "suites": ", ".join(s)}
+                    for lab, r, s in zip(labels, runs, suites)],
+           "shared": len(shared_keys), "paired": len(pairs), "ranking": ranking,
+           "rows": _rows(groups, rates, diffs, labels), "cards": cards,
+           "disagree_total": len(disagree), "categories": sorted({c["category"] for c in cards}),
+           "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "alpha": ALPHA, "n_boot": N_BOOT, **static_assets()}
+    page = out / "index.html"
+    atomic_write_text(page, render("compare.html.j2", ctx))
+    return page
+
+
+def _sep(diffs, a, b) -> bool:
+    return any(d["group"] == "overall" and d["significant"] and {d["a"], d["b"]} == {a, b} for d in diffs)
+
+
+def _rows(groups, rates, diffs, labels) -> list[dict]:
+    out = []
+    for kind, val, _ in groups:
+        rr = {r["model"]: r for r in rates if r["group"] == kind and r["value"] == val}
+        dd = [d for d in diffs if d["group"] == kind and d["value"] == val]
+        out.append({"kind": kind, "value": val, "rates": [rr[lab] for lab in labels], "diffs": dd,
+                    "n": rr[labels[0]]["n"]})
+    return out
+
+
+def read_compare(out_dir) -> dict:
+    return json.loads((Path(out_dir) / "compare.json").read_text())
