@@ -170,7 +170,8 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         categories = {r["category"] for r in records}
         scorers = None
         if "score" in cfg.stages:
-            scorers = score_stage(run, cfg.scorers, categories, device=device, batch_size=cfg.batch_size,
+            chosen = cfg.scorers if cfg.scorers is not None else (list(card.scorers) or None)
+            scorers = score_stage(run, chosen, categories, device=device, batch_size=cfg.batch_size,
                                   progress=progress)
         if "probe" in cfg.stages:
             probe_stage(run, cfg.probe_model or cfg.model, scorer=scorers[0] if scorers else None,

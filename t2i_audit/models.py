@@ -34,6 +34,7 @@ class ModelCard:
     defaults: dict = field(default_factory=lambda: dict(GENERIC_DEFAULTS))
     call: dict = field(default_factory=dict)
     text_encoders_: tuple = ()
+    scorers: tuple = ()  # the default scorers for this model's runs (e.g. the mini world's judges)
 
     def pretrained_path(self) -> str:
         """What to hand to ``from_pretrained``: a local folder or an HF repo id."""
@@ -119,7 +120,8 @@ def _from_card(name: str, spec: dict, tiny: bool = False) -> ModelCard:
     return ModelCard(
         name=name, repo=spec.get("repo"), revision=spec.get("revision"), local=local, tiny=tiny,
         pipeline=spec.get("pipeline"), defaults={**GENERIC_DEFAULTS, **spec.get("defaults", {})},
-        call=dict(spec.get("call", {})), text_encoders_=tuple(spec.get("text_encoders", ())))
+        call=dict(spec.get("call", {})), text_encoders_=tuple(spec.get("text_encoders", ())),
+        scorers=tuple(spec.get("scorers", ())))
 
 
 def resolve_model(ref: str) -> ModelCard:

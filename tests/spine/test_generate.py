@@ -149,3 +149,32 @@ def test_second_writer_is_refused(repo_root, tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_nan_and_black_images_are_flagged(repo_root, tmp_path, monkeypatch):
+    """A decoder that emits NaN (fp16 overflow, in real life) must be recorded, not kept as fine."""
+    import torch
+
+    from t2i_audit import generate
+
+    real = generate.load_pipeline
+
+    def poisoned(card, device, dtype):
+        pipe = real(card, device, dtype)
+        pipe.vae.decoder.register_forward_hook(lambda m, i, out: torch.full_like(out, float("nan")))
+        return pipe
+
+    monkeypatch.setattr(generate, "load_pipeline", poisoned)
+    root = api.run_audit(cfg(repo_root, tmp_path / "nan", limit=2), progress=False)
+    images = RunDir(root).read_images()
+    assert all("nan" in r["flags"] and "black" in r["flags"] for r in images)
+    assert RunDir(root).read_manifest()["stages"]["generate"]["flags"] == {"nan": 2, "black": 2}
+
+
+def test_to_png_flags():
+    from t2i_audit.generate import _to_png
+
+    _, flags = _to_png(np.full((4, 4, 3), 0.5, dtype=np.float32))
+    assert flags == []
+    _, flags = _to_png(np.zeros((4, 4, 3), dtype=np.float32))
+    assert flags == ["black"]
