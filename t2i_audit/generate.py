@@ -77,11 +77,21 @@ def load_pipeline(card: ModelCard, device: str, dtype: str):
     transformers.utils.logging.disable_progress_bar()
     path = card.pretrained_path()
     try:
-        pipe = DiffusionPipeline.from_pretrained(path, revision=card.revision, torch_dtype=getattr(torch, dtype))
+        pipe = DiffusionPipeline.from_pretrained(path, revision=card.revision, dtype=getattr(torch, dtype))
     except (OSError, ValueError) as e:
         raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {e}") from None
     pipe.set_progress_bar_config(disable=True)
     return pipe.to(device)
+
+
+def _device_name(device: str) -> str:
+    import platform
+
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"{device} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def _to_png(arr) -> tuple[bytes, list[str]]:
@@ -137,6 +147,9 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
                          world_size=world, settings=asdict(s), requested=len(prompts) * s.images_per_prompt,
                          reused=len(done))
     pipe = load_pipeline(card, device, dtype) if items else None
+    if state.is_main_process and pipe is not None:
+        run.update_stage("generate", device_name=_device_name(device), pipeline=type(pipe).__name__,
+                         resolved_from=str(pipe.config.get("_name_or_path", "")))
     with state.split_between_processes(items) as mine:
         _generate_share(run, pipe, card, s, mine, rank, progress and state.is_main_process)
     state.wait_for_everyone()

@@ -119,6 +119,9 @@ def select_layers(spec: str | Sequence, n_hidden: int, has_final: bool) -> list[
         if item in names:
             out.append(item)
             continue
+        if item == "final":  # no separate final norm: the encoder's output is its last block
+            out.append(names[-1])
+            continue
         try:
             out.append(f"h{range(n_hidden)[int(item)]:02d}")
         except (ValueError, IndexError):

@@ -1,14 +1,17 @@
-"""The probes section: reads ``probes/*.jsonl`` (see t2i_audit/probes/__init__.py) into charts.
+"""The probes section: reads ``probes/*.jsonl`` (documented in t2i_audit/probes/__init__.py).
 
-Files read (each optional; a missing one renders a "not run" note):
-
-* ``decodability.jsonl``: ``encoder, layer, pooling, slot, family, accuracy, chance,
-  control_accuracy, n`` → accuracy per layer, one line per slot, chance dotted;
-* ``failure_prediction.jsonl``: ``encoder, layer, pooling, auroc, auroc_ci, baseline_auroc,
-  baseline_ci`` → AUROC per layer with its CI band beside the prompt-only baseline;
-* ``correlation.jsonl``: ``encoder, layer, pooling, x, y, spearman, spearman_ci, pearson,
-  pearson_ci, p_perm, points`` → one scatter per row (strongest first).
-Rows with unexpected shapes are skipped, never fatal: the probes stage evolves separately.
+* ``decodability.jsonl``: ``encoder, layer, pooling, target, family, accuracy, chance,
+  control_accuracy, selectivity, n …`` → accuracy per layer, one line per target slot,
+  chance dashed. ``slot-<s>`` poolings (each slot's own token span) are drawn as one chart.
+* ``failure.jsonl``: ``encoder, layer, pooling, auroc: {auroc, ci, n}, baseline_auroc: {…},
+  auroc_diff: {diff, ci, p}, verdict`` → AUROC per layer with CI band beside the prompt-only
+  baseline.
+* ``correlation.jsonl``: ``encoder, layer, pooling, unit, n_units, spearman: {r, ci, p_perm},
+  pearson: {…}`` → a table, strongest first; a scatter for rows that carry ``points``
+  (``[{"unit"|"composition", "x"|"decodability", "y"|"success"}]``).
+Flat variants (``slot``, ``auroc`` as a number with ``auroc_ci``, ``failure_prediction.jsonl``,
+``spearman`` as a number with ``spearman_ci``) are read too. Rows with unexpected shapes are
+skipped, never fatal: the probes stage evolves separately.
 """
 
 from __future__ import annotations
@@ -20,13 +23,6 @@ from ..rundir import read_jsonl
 from . import charts
 
 SCATTER_MAX = 6
-
-
-def _layer_key(v):
-    try:
-        return (0, float(v), "")
-    except (TypeError, ValueError):
-        return (1, 0.0, str(v))
 
 
 def _f(v):
@@ -43,22 +39,43 @@ def _ci(v):
     return None, None
 
 
-def _groups(rows):
+def _metric(r: dict, key: str, value_key: str) -> tuple:
+    """(value, (lo, hi), p) from ``key: {value_key, ci, p…}`` or flat ``key`` + ``key_ci``."""
+    v = r.get(key)
+    if isinstance(v, dict):
+        return _f(v.get(value_key)), _ci(v.get("ci")), _f(v.get("p_perm", v.get("p")))
+    base = key[:-6] if key.endswith("_auroc") else key
+    ci = r.get(f"{key}_ci", r.get(f"{base}_ci"))
+    return _f(v), _ci(ci), _f(r.get("p_perm"))
+
+
+def _order(rows) -> list:
+    """Layers in the order the probes stage wrote them (h00 … h12, final; block names)."""
+    return list(dict.fromkeys(r.get("layer") for r in rows))
+
+
+def _groups(rows, key=lambda r: str(r.get("pooling", "?"))):
     g: dict[tuple, list] = {}
     for r in rows:
-        g.setdefault((str(r.get("encoder", "?")), str(r.get("pooling", "?"))), []).append(r)
+        g.setdefault((str(r.get("encoder", "?")), key(r)), []).append(r)
     return sorted(g.items())
+
+
+def _dec_pool(r) -> str:
+    p = str(r.get("pooling", "?"))
+    return "slot (own span)" if p.startswith("slot-") else p
 
 
 def decodability(rows: list[dict]) -> list[dict]:
     out = []
-    for (enc, pool), rs in _groups(rows):
-        layers = sorted({r.get("layer") for r in rs}, key=_layer_key)
-        slots = sorted({(str(r.get("slot")), str(r.get("family", ""))) for r in rs})
+    for (enc, pool), rs in _groups(rows, _dec_pool):
+        layers = _order(rs)
+        tgt = lambda r: (str(r.get("target", r.get("slot"))), str(r.get("family", "")))  # noqa: E731
+        targets = list(dict.fromkeys(tgt(r) for r in rs))
         series, legend = [], []
-        for i, (slot, fam) in enumerate(slots):
+        for i, (slot, fam) in enumerate(targets):
             colour = charts.PALETTE[i % len(charts.PALETTE)]
-            by = {r.get("layer"): r for r in rs if (str(r.get("slot")), str(r.get("family", ""))) == (slot, fam)}
+            by = {r.get("layer"): r for r in rs if tgt(r) == (slot, fam)}
             acc = [_f(by[l].get("accuracy")) if l in by else None for l in layers]
             chance = [_f(by[l].get("chance")) if l in by else None for l in layers]
             ctrl = [_f(by[l].get("control_accuracy")) if l in by else None for l in layers]
@@ -66,10 +83,12 @@ def decodability(rows: list[dict]) -> list[dict]:
             series.append({"label": label, "ys": acc, "colour": colour})
             if any(c is not None for c in chance):
                 series.append({"label": f"{label} chance", "ys": chance, "colour": colour, "dash": True})
-            best = max((a, l) for a, l in zip(acc, layers) if a is not None) if any(a is not None for a in acc) else (None, None)
-            legend.append({"label": label, "colour": colour, "best": best[0], "best_layer": best[1],
-                           "chance": next((c for c in chance if c is not None), None),
-                           "control": max((c for c in ctrl if c is not None), default=None)})
+            scored = [(a, j) for j, a in enumerate(acc) if a is not None]
+            best = max(scored) if scored else (None, None)
+            legend.append({"label": label, "colour": colour, "best": best[0],
+                           "best_layer": layers[best[1]] if best[1] is not None else None,
+                           "chance": chance[best[1]] if best[1] is not None else None,
+                           "control": ctrl[best[1]] if best[1] is not None else None})
         out.append({"encoder": enc, "pooling": pool, "legend": legend,
                     "chart": charts.line_chart(layers, series, y_label="accuracy")})
     return out
@@ -78,48 +97,73 @@ def decodability(rows: list[dict]) -> list[dict]:
 def failure_prediction(rows: list[dict]) -> list[dict]:
     out = []
     for (enc, pool), rs in _groups(rows):
-        rs = sorted(rs, key=lambda r: _layer_key(r.get("layer")))
-        layers = [r.get("layer") for r in rs]
-        au = [_f(r.get("auroc")) for r in rs]
-        lo, hi = zip(*[_ci(r.get("auroc_ci")) for r in rs]) if rs else ((), ())
-        bl = [_f(r.get("baseline_auroc")) for r in rs]
-        blo, bhi = zip(*[_ci(r.get("baseline_ci")) for r in rs]) if rs else ((), ())
-        vals = [v for v in au + bl + list(lo) + list(blo) if v is not None]
-        ymin = min([0.4] + vals)
+        layers = _order(rs)
+        by = {r.get("layer"): r for r in rs}
+        probe = [_metric(by[l], "auroc", "auroc") for l in layers]
+        base = [_metric(by[l], "baseline_auroc", "auroc") for l in layers]
+        au, lo, hi = [p[0] for p in probe], [p[1][0] for p in probe], [p[1][1] for p in probe]
+        bl, blo, bhi = [b[0] for b in base], [b[1][0] for b in base], [b[1][1] for b in base]
+        vals = [v for v in au + bl + lo + blo if v is not None]
         series = [{"label": "probe AUROC", "ys": au, "colour": charts.PALETTE[5],
-                   "band": (list(lo), list(hi)) if any(v is not None for v in lo) else None},
+                   "band": (lo, hi) if any(v is not None for v in lo) else None},
                   {"label": "prompt-only baseline", "ys": bl, "colour": charts.PALETTE[3], "dash": True,
-                   "band": (list(blo), list(bhi)) if any(v is not None for v in blo) else None}]
-        best = max(((a, i) for i, a in enumerate(au) if a is not None), default=(None, None))
-        top = rs[best[1]] if best[1] is not None else {}
+                   "band": (blo, bhi) if any(v is not None for v in blo) else None}]
+        scored = [(a, j) for j, a in enumerate(au) if a is not None]
+        j = max(scored)[1] if scored else None
+        top = by[layers[j]] if j is not None else {}
+        diff = top.get("auroc_diff") if isinstance(top.get("auroc_diff"), dict) else {}
         out.append({"encoder": enc, "pooling": pool,
-                    "chart": charts.line_chart(layers, series, y_range=(math.floor(ymin * 10) / 10, 1.0),
+                    "chart": charts.line_chart(layers, series, y_range=(math.floor(min([0.4] + vals) * 10) / 10, 1.0),
                                                y_label="AUROC", refs=[(0.5, "chance 0.5")]),
-                    "best": {"layer": top.get("layer"), "auroc": best[0], "ci": _ci(top.get("auroc_ci")),
-                             "baseline": _f(top.get("baseline_auroc")), "baseline_ci": _ci(top.get("baseline_ci"))}})
+                    "best": {"layer": top.get("layer"), "auroc": au[j] if j is not None else None,
+                             "ci": probe[j][1] if j is not None else (None, None),
+                             "baseline": bl[j] if j is not None else None,
+                             "baseline_ci": base[j][1] if j is not None else (None, None),
+                             "diff": _f(diff.get("diff")), "diff_ci": _ci(diff.get("ci")),
+                             "p": _f(diff.get("p")), "verdict": top.get("verdict"),
+                             "n": top.get("n")}})
     return out
 
 
+def _points(r: dict) -> list[dict]:
+    pts = []
+    for p in r.get("points") or []:
+        if not isinstance(p, dict):
+            continue
+        x, y = _f(p.get("x", p.get("decodability"))), _f(p.get("y", p.get("success")))
+        if x is not None and y is not None:
+            pts.append({"x": x, "y": y, "composition": p.get("unit", p.get("composition", ""))})
+    return pts
+
+
 def correlation(rows: list[dict]) -> dict:
-    rows = sorted(rows, key=lambda r: -abs(_f(r.get("spearman")) or 0))
-    table, plots = [], []
+    table = []
     for r in rows:
-        t = {"encoder": r.get("encoder"), "layer": r.get("layer"), "pooling": r.get("pooling"),
-             "x": r.get("x", "x"), "y": r.get("y", "y"), "spearman": _f(r.get("spearman")),
-             "spearman_ci": _ci(r.get("spearman_ci")), "pearson": _f(r.get("pearson")),
-             "pearson_ci": _ci(r.get("pearson_ci")), "p_perm": _f(r.get("p_perm")),
-             "n": len(r.get("points") or [])}
-        table.append(t)
-        if len(plots) < SCATTER_MAX and r.get("points"):
-            plots.append({**t, "chart": charts.scatter(r["points"], x_label=str(t["x"]), y_label=str(t["y"]))})
-    return {"table": table, "plots": plots}
+        sp, sp_ci, sp_p = _metric(r, "spearman", "r")
+        pe, pe_ci, pe_p = _metric(r, "pearson", "r")
+        pts = _points(r)
+        table.append({"encoder": r.get("encoder"), "layer": r.get("layer"), "pooling": r.get("pooling"),
+                      "unit": r.get("unit", "composition"), "x": r.get("x", "decodability"),
+                      "y": r.get("y", "success"), "spearman": sp, "spearman_ci": sp_ci,
+                      "p_perm": sp_p, "pearson": pe, "pearson_ci": pe_ci, "pearson_p": pe_p,
+                      "n": r.get("n_units", r.get("n", len(pts))), "points": pts,
+                      "mean_decodability": _f(r.get("mean_decodability"))})
+    table.sort(key=lambda t: -abs(t["spearman"] or 0))
+    plots = []
+    for t in table:
+        if len(plots) < SCATTER_MAX and t["points"]:
+            plots.append({**t, "chart": charts.scatter(t["points"], x_label=f"{t['x']} (per {t['unit']})",
+                                                       y_label=str(t["y"]))})
+    return {"table": table, "plots": plots, "has_points": bool(plots)}
 
 
 def probes_section(probes_dir: Path) -> dict:
     probes_dir = Path(probes_dir)
-    files = {n: read_jsonl(probes_dir / f"{n}.jsonl") for n in
-             ("decodability", "failure_prediction", "correlation")}
+    read = lambda *names: next((rows for n in names if (rows := read_jsonl(probes_dir / n))), [])  # noqa: E731
+    files = {"decodability": read("decodability.jsonl"),
+             "failure": read("failure.jsonl", "failure_prediction.jsonl"),
+             "correlation": read("correlation.jsonl")}
     return {"ran": any(files.values()),
             "decodability": decodability(files["decodability"]),
-            "failure_prediction": failure_prediction(files["failure_prediction"]),
+            "failure_prediction": failure_prediction(files["failure"]),
             "correlation": correlation(files["correlation"])}

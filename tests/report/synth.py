@@ -262,23 +262,34 @@ def make_run(root: Path, *, prompts: list[dict] | None = None, samples: int = 2,
 
 
 def write_probes(rd: RunDir, prompts: list[dict]) -> None:
+    """probes/*.jsonl in the format t2i_audit/probes/__init__.py documents."""
     rng = random.Random(7)
     dec, fp, cor = [], [], []
-    for layer in range(0, 13):
+    layers = [f"h{i:02d}" for i in range(13)] + ["final"]
+    for li, layer in enumerate(layers):
         for slot, fam in [("c1", "color"), ("o1", "object"), ("rel", "spatial")]:
-            acc = min(0.99, 0.3 + 0.05 * layer + rng.random() * 0.05)
-            dec.append({"encoder": "clip-l", "layer": layer, "pooling": "eos", "slot": slot,
-                        "family": fam, "accuracy": acc, "chance": 0.2, "control_accuracy": 0.22,
-                        "n": 120})
-        a = 0.5 + 0.02 * layer
-        fp.append({"encoder": "clip-l", "layer": layer, "pooling": "eos", "auroc": a,
-                   "auroc_ci": [a - 0.06, a + 0.06], "baseline_auroc": 0.56,
-                   "baseline_ci": [0.5, 0.62]})
+            acc = min(0.99, 0.3 + 0.05 * li + rng.random() * 0.05)
+            for pooling in ("eos", f"slot-{slot}"):
+                dec.append({"encoder": "clip-l", "layer": layer, "pooling": pooling, "target": slot,
+                            "family": fam, "accuracy": acc, "accuracy_folds": [acc] * 5,
+                            "chance": 0.2, "chance_uniform": 0.2, "control_accuracy": 0.22,
+                            "control_chance": 0.2, "selectivity": acc - 0.22, "n": 120,
+                            "n_classes": 5, "n_compositions": 60, "n_folds": 5})
+        a = 0.5 + 0.02 * li
+        fp.append({"encoder": "clip-l", "layer": layer, "pooling": "eos",
+                   "auroc": {"auroc": a, "ci": [a - 0.06, a + 0.06], "n": 45},
+                   "baseline_auroc": {"auroc": 0.56, "ci": [0.5, 0.62], "n": 45},
+                   "auroc_diff": {"diff": a - 0.56, "ci": [a - 0.66, a - 0.46], "p": 0.2},
+                   "verdict": "the probe is no better than the prompt-only baseline",
+                   "n": 45, "failure_rate": 0.5, "n_folds": 5})
+        for unit in ("composition", "binding"):
+            r = 0.1 + 0.02 * li
+            cor.append({"encoder": "clip-l", "layer": layer, "pooling": "eos",
+                        "mean_decodability": 0.5, "n": 40, "unit": unit, "n_units": 40,
+                        "spearman": {"r": r, "ci": [r - 0.3, r + 0.3], "p_perm": 0.2},
+                        "pearson": {"r": r - 0.02, "ci": [r - 0.32, r + 0.28], "p_perm": 0.25}})
     comps = sorted({p["composition"] for p in prompts})[:40]
-    pts = [{"composition": c, "x": rng.random(), "y": rng.random()} for c in comps]
-    cor.append({"encoder": "clip-l", "layer": 12, "pooling": "eos", "x": "decodability",
-                "y": "success", "spearman": 0.31, "spearman_ci": [0.05, 0.52], "pearson": 0.28,
-                "pearson_ci": [0.02, 0.5], "p_perm": 0.03, "points": pts})
+    cor[-2]["points"] = [{"unit": c, "x": rng.random(), "y": rng.random()} for c in comps]
     atomic_write_jsonl(rd.probes_dir / "decodability.jsonl", dec)
-    atomic_write_jsonl(rd.probes_dir / "failure_prediction.jsonl", fp)
+    atomic_write_jsonl(rd.probes_dir / "failure.jsonl", fp)
     atomic_write_jsonl(rd.probes_dir / "correlation.jsonl", cor)

@@ -1,6 +1,7 @@
 """CLIP scorer: foil test and zero-shot decisions with injected similarities; tiny models end to end."""
 
 import json
+import math
 
 import pytest
 
@@ -143,3 +144,39 @@ def test_tiny_models_end_to_end_and_truncation(tmp_path, model_dir, backend):
     assert cs[0]["value"] == pytest.approx(cs[1]["value"], abs=1e-5)  # same image, same prompt
     assert all(0.0 <= r["value"] <= 2.5 for r in cs)
     assert sum(r["kind"] == "prompt" for r in recs) == 3
+
+
+def test_transformers_backend_matches_model_logits(model_dir):
+    import torch
+    from transformers import CLIPModel, CLIPProcessor
+
+    from t2i_audit.scorers.clip_models import load_clip
+
+    folder = model_dir / "hf-logits"
+    m = tm.hf_clip_model(folder)
+    clip = load_clip(m)
+    texts = ["a photo of a red square", "a photo of a blue circle"]
+    ours = (clip.encode_images([SCENE]) @ clip.encode_texts(texts).T)[0]
+    model, proc = CLIPModel.from_pretrained(folder), CLIPProcessor.from_pretrained(folder)
+    with torch.no_grad():
+        out = model(**proc(text=texts, images=[SCENE], return_tensors="pt", padding=True))
+    assert ours.tolist() == pytest.approx((out.logits_per_image[0] / model.logit_scale.exp()).tolist(), abs=1e-5)
+    assert clip.n_tokens("a photo of a red square") == len(proc.tokenizer("a photo of a red square")["input_ids"])
+
+
+def test_local_open_clip_checkpoint_is_loaded(model_dir):
+    import torch
+    from safetensors.torch import load_file
+
+    from t2i_audit.scorers.clip_models import load_clip
+
+    folder = model_dir / "oc-ckpt"
+    m = tm.open_clip_model(folder, name="tiny-oc-ckpt")
+    saved = load_file(m["pretrained"])
+    saved["logit_scale"] = torch.tensor(1.234)  # differs from any fresh init
+    from safetensors.torch import save_file
+
+    save_file(saved, m["pretrained"])
+    clip = load_clip(m)
+    assert clip.logit_scale == pytest.approx(math.exp(1.234), rel=1e-5)
+    assert clip.context_length == 77

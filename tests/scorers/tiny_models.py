@@ -74,12 +74,12 @@ def hf_clip_model(folder: Path) -> dict:
     torch.manual_seed(0)
     cfg = CLIPConfig(
         text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_attention_heads=2,
-                         num_hidden_layers=1, max_position_embeddings=77, projection_dim=32,
+                         num_hidden_layers=1, max_position_embeddings=77, projection_dim=24,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                          pad_token_id=tok.pad_token_id),
         vision_config=dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37,
-                           num_attention_heads=2, num_hidden_layers=1, projection_dim=32),
-        projection_dim=32)
+                           num_attention_heads=2, num_hidden_layers=1, projection_dim=24),
+        projection_dim=24)  # != hidden size: unprojected features would not match the model's logits
     CLIPModel(cfg).save_pretrained(folder)
     ip = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     CLIPProcessor(image_processor=ip, tokenizer=tok).save_pretrained(folder)
