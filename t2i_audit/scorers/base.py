@@ -105,6 +105,17 @@ class Scorer:
             mid += f"/{Path(str(m['pretrained'])).name if m.get('local') else m['pretrained']}"
         return mid
 
+    def resolved_model(self, cfg: Mapping | None = None) -> dict:
+        """The model section to load from (``self.model_cfg`` unless given). An id
+        ``tiny:<kind>`` is a tiny random model built once on this machine (tests, quickstart)."""
+        cfg = dict(self.model_cfg if cfg is None else cfg)
+        mid = str(cfg.get("id", ""))
+        if mid.startswith("tiny:"):
+            from .tiny import materialize
+
+            cfg = {**cfg, **materialize(mid[5:])}
+        return cfg
+
     @property
     def revision(self) -> str:
         return str(self.model_cfg.get("revision") or "main")
@@ -127,7 +138,17 @@ class Scorer:
     def load(self) -> "Scorer":
         """Load weights once (idempotent). Subclasses implement :meth:`load_model`."""
         if not self._loaded:
-            self.load_model()
+            try:
+                self.load_model()
+            except AuditError:
+                raise
+            except (OSError, ValueError, RuntimeError, KeyError) as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise AuditError(
+                    f"scorer {self.name!r} ({self.card.get('_file', 'card')}): cannot load model "
+                    f"{self.model_id!r} on {self.device}: {type(e).__name__}: {first[:300]}. "
+                    f"Offline or a private model? Point it at a local folder: "
+                    f"--model {self.name}=PATH (or a card with model.id: PATH)") from e
             self._loaded = True
         return self
 

@@ -45,7 +45,7 @@ class ClipScorer(QuestionScorer):
     def load_model(self) -> None:
         from .clip_models import load_clip
 
-        self.clip = load_clip(self.model_cfg, self.device)
+        self.clip = load_clip(self.resolved_model(), self.device)
 
     # --- decision layer input ---------------------------------------------------------------
     def similarities(self, images: Sequence, texts: Sequence[Sequence[str]]) -> list[list[float]]:

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 from ..errors import AuditError
 
 _REGISTERED: dict[str, str] = {}
+CHECKPOINT_NAMES = ("model.safetensors", "open_clip_model.safetensors", "open_clip_model.pt",
+                    "open_clip_pytorch_model.bin")
 
 
 def torch_dtype(name: str | None, device: str):
@@ -112,16 +114,25 @@ def load_clip(model_cfg: Mapping[str, Any], device: str = "cpu") -> ClipModel:
     if backend == "open_clip":
         import open_clip
 
-        if model_cfg.get("config"):
-            _register_open_clip_config(mid, model_cfg["config"])
         pretrained = model_cfg.get("pretrained")
+        folder = Path(mid).expanduser()
+        if folder.is_dir():  # a local folder as the id: open_clip's own layout or the mini-judge one
+            if (folder / "open_clip_config.json").exists():
+                mid, pretrained = f"local-dir:{folder}", None
+            else:
+                cfg_file = folder / "config.json"
+                ckpt = next((folder / n for n in CHECKPOINT_NAMES if (folder / n).exists()), None)
+                if not cfg_file.exists() or ckpt is None:
+                    raise AuditError(f"{folder}: not an open_clip model folder (needs open_clip_config.json, "
+                                     f"or config.json and one of {', '.join(CHECKPOINT_NAMES)})")
+                mid = folder.name
+                _register_open_clip_config(mid, str(cfg_file))
+                pretrained = str(ckpt)
+        elif model_cfg.get("config"):
+            _register_open_clip_config(mid, model_cfg["config"])
         if pretrained and model_cfg.get("local") and not Path(str(pretrained)).exists():
             raise AuditError(f"{pretrained}: local open_clip checkpoint not found")
-        try:
-            model, _, preprocess = open_clip.create_model_and_transforms(
-                mid, pretrained=pretrained, device=device)
-        except RuntimeError as e:
-            raise AuditError(f"open_clip model {mid!r} (pretrained={pretrained!r}): {e}") from e
+        model, _, preprocess = open_clip.create_model_and_transforms(mid, pretrained=pretrained, device=device)
         model = model.to(device=device, dtype=dtype).eval()
         tokenizer = open_clip.get_tokenizer(mid)
         ctx = int(getattr(tokenizer, "context_length", 77) or 77)

@@ -77,7 +77,7 @@ class DetectionScorer(QuestionScorer):
 
         from .clip_models import torch_dtype
 
-        m = self.model_cfg
+        m = self.resolved_model()
         kw = {} if m.get("local") else {"revision": m.get("revision") or None}
         self.processor = transformers.AutoProcessor.from_pretrained(m["id"], **kw)
         self.model = transformers.AutoModelForZeroShotObjectDetection.from_pretrained(
@@ -92,7 +92,7 @@ class DetectionScorer(QuestionScorer):
             cfg = dict((self.card.get("options") or {}).get("attribute_model") or {})
             cfg = _normalise({"name": "attr", "class": "-", "model": cfg}, "attribute_model",
                              None)["model"]
-            self._clip = load_clip(cfg, self.device)
+            self._clip = load_clip(self.resolved_model(cfg), self.device)
         return self._clip
 
     def detect(self, images: Sequence, labels: Sequence[Sequence[str]]) -> list[dict[str, list]]:

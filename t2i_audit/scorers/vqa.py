@@ -56,7 +56,7 @@ class YesNoScorer(QuestionScorer):
 
         from .clip_models import torch_dtype
 
-        m = self.model_cfg
+        m = self.resolved_model()
         kw = {} if m.get("local") else {"revision": m.get("revision") or None}
         cls = getattr(transformers, model_cls_name)
         self.processor = transformers.AutoProcessor.from_pretrained(m["id"], **kw)

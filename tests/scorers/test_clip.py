@@ -180,3 +180,17 @@ def test_local_open_clip_checkpoint_is_loaded(model_dir):
     clip = load_clip(m)
     assert clip.logit_scale == pytest.approx(math.exp(1.234), rel=1e-5)
     assert clip.context_length == 77
+
+
+def test_mini_judge_style_folder_as_model(tmp_path, model_dir):
+    """A folder with config.json (open_clip model cfg) + model.safetensors, as the mini judge ships."""
+    folder = tmp_path / "judge"
+    tm.open_clip_model(folder, name="judge-src")
+    rd = make_run(tmp_path / "run", [(P, SCENE)])
+    counts = run_score_stage(rd, ["clip"], overrides={"clip": {"model": {"id": str(folder), "pretrained": None,
+                                                                         "local": True}}}, progress=False)
+    assert counts["clip"]["scored"] == 1
+    with pytest.raises(Exception, match="not an open_clip model folder"):
+        (tmp_path / "empty").mkdir()
+        run_score_stage(make_run(tmp_path / "run2", [(P, SCENE)]), ["clip"],
+                        overrides={"clip": {"model": {"id": str(tmp_path / "empty"), "local": True}}}, progress=False)

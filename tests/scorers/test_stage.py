@@ -158,3 +158,19 @@ def test_entry_point_scorer(monkeypatch, run):
                         lambda group=None, **kw: [ep] if group == "t2i_audit.scorers" else real(group=group, **kw))
     assert get_card("ep-judge")["class"] == f"{__name__}:Counting"
     assert run_score_stage(run, ["ep-judge"], progress=False)["ep-judge"]["scored"] == 4
+
+
+def test_tiny_cards_build_once_and_score(monkeypatch, tmp_path, run):
+    monkeypatch.setenv("T2I_AUDIT_TINY_DIR", str(tmp_path / "tiny"))
+    c = api_run_score_stage(run, ["tiny-vqa"], progress=False)["tiny-vqa"]
+    assert c["scored"] == 4 and c["model"] == "tiny:blip" and c["revision"] == "tiny-random-v1"
+    stamp = (tmp_path / "tiny" / "blip-v1" / "model.json").stat().st_mtime_ns
+    run2 = make_run(tmp_path / "run2", [(prompt("red", "square"), IMG)])
+    assert api_run_score_stage(run2, ["tiny-vqa"], progress=False)["tiny-vqa"]["scored"] == 1
+    assert (tmp_path / "tiny" / "blip-v1" / "model.json").stat().st_mtime_ns == stamp  # not rebuilt
+
+
+def test_model_load_failure_is_an_audit_error(run, tmp_path):
+    with pytest.raises(AuditError, match=r"scorer 'vqa-blip'.*cannot load model.*--model vqa-blip=PATH"):
+        api_run_score_stage(run, ["vqa-blip"], overrides={"vqa-blip": {"model": {"id": str(tmp_path / "nothing"),
+                                                                              "local": True}}}, progress=False)
