@@ -33,10 +33,8 @@ DISAGREE_MAX = 200
 
 def _labels(runs) -> list[str]:
     labels = [r.model for r in runs]
-    out = []
-    for lab, r in zip(labels, runs):
-        out.append(f"{lab} ({r.rd.root.name})" if labels.count(lab) > 1 else lab)
-    return out
+    out = [f"{lab} ({r.rd.root.name})" if labels.count(lab) > 1 else lab for lab, r in zip(labels, runs)]
+    return [f"{lab} #{i + 1}" if out.count(lab) > 1 else lab for i, lab in enumerate(out)]
 
 
 def _common_scorer(runs, wanted: str | None) -> str:

@@ -1,0 +1,84 @@
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from synth import make_prompts, make_run
+from t2i_audit.errors import AuditError
+from t2i_audit.report import compare_runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cmp")
+    prompts = make_prompts(n_binding=40, n_rel=20, n_count=12)
+    good = make_run(base / "good", prompts=prompts, skill=1.0, model="model-good", probes=False, black=0)
+    bad = make_run(base / "bad", prompts=prompts, skill=0.45, model="model-bad", probes=False, black=0,
+                   scorers=("clip-foil",))
+    other = make_run(base / "other", prompts=make_prompts(suite="spatial", n_binding=4, n_rel=6, n_count=2),
+                     model="model-x", probes=False, black=0, scorers=("clip-foil",))
+    return base, good, bad, other
+
+
+def test_compare_pairs_ranks_and_flags_significance(runs):
+    base, good, bad, _ = runs
+    page = compare_runs([bad, good], base / "out", seed=3)
+    s = json.loads((base / "out" / "compare.json").read_text())
+    assert s["scorer"] == "clip-foil"  # the only scorer both runs have
+    n_prompts = len((Path(good) / "prompts.jsonl").read_text().splitlines())
+    assert s["shared_prompts"] == n_prompts and s["paired_images"] == 2 * n_prompts
+    assert [r["model"] for r in s["ranking"]] == ["model-good", "model-bad"]
+    assert s["ranking"][0]["rank"] == 1 and s["ranking"][1]["rank"] == 2
+    (overall,) = s["differences"]
+    assert overall["a"] == "model-bad" and overall["diff"] < 0 and overall["hi"] < 0
+    assert overall["significant"] and overall["p_holm"] < 0.05
+    pairs = pd.read_parquet(base / "out" / "pairs.parquet")
+    assert len(pairs) == 2 * n_prompts
+    dis = (pairs["verdict:model-good"] != pairs["verdict:model-bad"]).sum()
+    assert s["disagreements"] == dis
+    diffs = pd.read_csv(base / "out" / "differences.csv")
+    assert set(diffs["group"]) == {"overall", "category", "template"}
+    assert (diffs["p_holm"] >= diffs["p"] - 1e-12).all()
+    rates = pd.read_parquet(base / "out" / "rates.parquet")
+    r = rates[(rates.group == "overall") & (rates.model == "model-good")].iloc[0]
+    assert r["k"] == pairs["verdict:model-good"].sum()
+    html = page.read_text()
+    assert "model-bad vs model-good" in html
+    assert html.count('<article class="card"') == min(dis, 200)
+    assert "Different suites" not in html
+
+
+def test_same_run_twice_shows_no_difference(runs, tmp_path):
+    _, good, _, _ = runs
+    compare_runs([good, good], tmp_path / "same")
+    s = json.loads((tmp_path / "same" / "compare.json").read_text())
+    (d,) = s["differences"]
+    assert d["diff"] == 0 and not d["significant"] and s["disagreements"] == 0
+    assert s["ranking"][0]["rank"] == s["ranking"][1]["rank"] == 1  # tied: not separable
+    assert len(set(s["models"])) == 2  # same model name twice gets the run folder added
+
+
+def test_refuses_different_suites_unless_allowed(runs, tmp_path):
+    _, good, _, other = runs
+    with pytest.raises(AuditError, match=r"different suites.*--allow-different-suites"):
+        compare_runs([good, other], tmp_path / "x")
+    page = compare_runs([good, other], tmp_path / "y", allow_different_suites=True)
+    s = json.loads((tmp_path / "y" / "compare.json").read_text())
+    assert s["different_suites"]
+    shared_texts = ({json.loads(l)["text"] for l in (Path(good) / "prompts.jsonl").read_text().splitlines()}
+                    & {json.loads(l)["text"] for l in (Path(other) / "prompts.jsonl").read_text().splitlines()})
+    assert s["shared_prompts"] == len(shared_texts) > 0
+    assert f"only the {len(shared_texts)} prompts they share" in page.read_text()
+
+
+def test_errors_name_the_problem(runs, tmp_path):
+    _, good, _, _ = runs
+    with pytest.raises(AuditError, match="at least two runs"):
+        compare_runs([good], tmp_path / "z")
+    with pytest.raises(AuditError, match="no scores from scorer 'nope'"):
+        compare_runs([good, good], tmp_path / "z", scorer="nope")
+    bare = make_run(tmp_path / "bare", prompts=make_prompts(n_binding=2, n_rel=1, n_count=1), scorers=(), probes=False)
+    with pytest.raises(AuditError, match="no scorer has scored every run"):
+        compare_runs([good, bare], tmp_path / "z")
