@@ -98,7 +98,7 @@ def train_scheduler():
 def sample_scheduler():
     from diffusers import DDIMScheduler
 
-    return DDIMScheduler(**SCHEDULER_KW, timestep_spacing="trailing", set_alpha_to_one=True)
+    return DDIMScheduler(**SCHEDULER_KW, timestep_spacing="trailing", set_alpha_to_one=True, steps_offset=1)
 
 
 def make_pipeline(unet, text_encoder, tokenizer, vae=None):

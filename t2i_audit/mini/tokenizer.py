@@ -70,6 +70,8 @@ def _used_merges(word: str, ranks: dict[tuple[str, str], int]) -> list[int]:
 
 
 def mini_words() -> list[str]:
+    # plurals as shape + "s" ("crosss"): a frozen vocabulary choice, so that the shipped
+    # tokenizer stays exactly what build_tokenizer() makes ("crosses" still tokenizes, in pieces)
     words = set(EXTRA_WORDS) | set(COLORS) | set(SHAPES) | {s + "s" for s in SHAPES}
     for name, (text, inv) in RELATIONS.items():
         words |= set(text.split()) | set(name.split())

@@ -35,6 +35,7 @@ RELATIONS: dict[str, tuple[str, str]] = {
     "above": ("above", "below"),
     "below": ("below", "above"),
 }
+PLURALS = {"circle": "circles", "square": "squares", "triangle": "triangles", "cross": "crosses"}
 KINDS = ("single", "pair", "spatial")
 DEFAULT_SIZE = 32
 
@@ -274,7 +275,7 @@ def scene_record(scene: Scene, prompt_id: str | None = None) -> dict:
     for (cs, os_), o in zip(slot_names, scene.objects):
         slots[cs], slots[os_] = o.color, o.shape
         families[cs], families[os_] = "color", "object"
-        objects.append({"id": os_, "name": o.shape, "plural": o.shape + "s", "count": 1,
+        objects.append({"id": os_, "name": o.shape, "plural": PLURALS[o.shape], "count": 1, "count_slot": None,
                         "attributes": {"color": o.color}, "attribute_slots": {"color": cs}})
         bindings.append(["color", o.color, o.shape])
         questions.append({"id": f"q{q}", "kind": "exists", "text": f"Is there a {o.shape}?",
@@ -294,9 +295,20 @@ def scene_record(scene: Scene, prompt_id: str | None = None) -> dict:
         questions.append({"id": f"q{q}", "kind": "relation", "text": f"Is the {a.shape} {text} the {b.shape}?",
                           "subject": "o1", "object": "o2", "family": "spatial", "value": scene.relation,
                           "slot": "rel", "depends_on": [exists_q["o1"], exists_q["o2"]]})
-    category = {"single": "single_object", "pair": "color_binding", "spatial": "spatial"}[scene.kind]
+    text = caption(scene)
+    spans, pos = {}, 0
+    for (cs, os_), o in zip(slot_names, scene.objects):  # slots appear in caption order
+        for slot, word in ((cs, o.color), (os_, o.shape)):
+            start = text.index(word, pos)
+            spans[slot] = [start, start + len(word)]
+            pos = start + len(word)
+            if slot == "o1" and scene.kind == "spatial":
+                rel_text = RELATIONS[scene.relation][0]
+                r0 = text.index(rel_text, pos)
+                spans["rel"] = [r0, r0 + len(rel_text)]
+    category = {"single": "color", "pair": "color_binding", "spatial": "spatial"}[scene.kind]
     return {"id": prompt_id or "mini:" + caption(scene), "suite": "mini", "template": scene.kind,
-            "category": category, "text": caption(scene), "slots": slots, "families": families,
+            "category": category, "text": text, "slots": slots, "families": families, "spans": spans,
             "objects": objects, "relations": relations, "questions": questions, "bindings": bindings,
             "composition": "|".join(f"{k}={v}" for k, v in sorted(slots.items())), "split": "train",
             "twin": None, "twin_id": None, "twin_swap": None}
@@ -329,3 +341,26 @@ def all_compositions() -> list[Scene]:
                     for r in RELATIONS:
                         out.append(scene_for([c1, c2], [s1, s2], r, rng=rng))
     return out
+
+
+def parse_caption(text: str, rng: random.Random | None = None) -> Scene:
+    """The scene of a mini caption ("an orange cross above a red circle"), random layout.
+    Raises AuditError naming the text when it is not a caption of this world."""
+    import re
+
+    from ..errors import AuditError
+
+    c, s = "|".join(COLORS), "|".join(SHAPES)
+    np_ = rf"an? ({c}) ({s})"
+    rels = "|".join(re.escape(t) for t, _ in RELATIONS.values())
+    t = " ".join(text.lower().split())
+    m = re.fullmatch(np_, t)
+    if m:
+        return scene_for([m[1]], [m[2]], rng=rng)
+    m = re.fullmatch(rf"{np_} (and|{rels}) {np_}", t)
+    if m and m[2] != m[5] and m[1] != m[4]:
+        rel = None if m[3] == "and" else next(k for k, (tx, _) in RELATIONS.items() if tx == m[3])
+        return scene_for([m[1], m[4]], [m[2], m[5]], rel, kind="pair" if rel is None else "spatial", rng=rng)
+    raise AuditError(f"{text!r}: not a mini-world caption (e.g. 'a red circle', 'a red circle and a blue "
+                     f"square', 'a red circle to the left of a blue square'; colours {', '.join(COLORS)}; "
+                     f"shapes {', '.join(SHAPES)}; two objects differ in colour and shape)")

@@ -1,0 +1,122 @@
+"""``t2i-audit mini ...``: train the mini judge / generator, measure them, render scenes.
+
+No torch at import: every command imports its worker inside.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import AuditError
+
+PKG = Path(__file__).resolve().parent
+WEIGHTS = PKG / "weights"
+SUITE = PKG.parent.parent / "prompts" / "mini.yaml"
+
+mini_app = typer.Typer(help="The mini world: embedded generator and judges with ground truth.",
+                       no_args_is_help=True)
+
+
+def _budget(steps: Optional[int], minutes: Optional[float], smoke: bool) -> None:
+    if not smoke and steps is None and minutes is None:
+        raise AuditError("give --steps N or --minutes M (or --smoke for a few-step check)")
+
+
+@mini_app.command("train-judge")
+def train_judge_cmd(
+    out: Path = typer.Option(WEIGHTS / "judge", help="Output folder (config.json, model.safetensors, card.json)."),
+    steps: Optional[int] = typer.Option(None, help="Stop after N steps."),
+    minutes: Optional[float] = typer.Option(None, help="Stop after M minutes of wall time."),
+    seed: int = typer.Option(0),
+    threads: int = typer.Option(1, help="torch threads."),
+    smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
+) -> None:
+    """Train the open_clip mini judge on every composition (hard negatives incl. relations)."""
+    from .train_judge import JudgeConfig, smoke_config, train_judge
+
+    _budget(steps, minutes, smoke)
+    cfg = smoke_config(seed) if smoke else JudgeConfig(seed=seed, steps=steps, minutes=minutes, threads=threads)
+    card = train_judge(out, cfg, log=typer.echo)
+    typer.echo(f"judge: {card['steps']} steps, {card['cpu_seconds']} CPU s -> {out}")
+
+
+@mini_app.command("train-generator")
+def train_generator_cmd(
+    out: Path = typer.Option(WEIGHTS / "generator", help="Output pipeline folder."),
+    steps: Optional[int] = typer.Option(None, help="Stop after N steps."),
+    minutes: Optional[float] = typer.Option(None, help="Stop after M minutes of wall time."),
+    seed: int = typer.Option(0),
+    batch: int = typer.Option(32),
+    threads: int = typer.Option(2, help="torch threads."),
+    smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
+) -> None:
+    """Train the mini text-to-image model on renders, held-out colour-shape pairs excluded."""
+    from .train_generator import GeneratorConfig, smoke_config, train_generator
+
+    _budget(steps, minutes, smoke)
+    cfg = smoke_config(seed) if smoke else GeneratorConfig(seed=seed, steps=steps, minutes=minutes,
+                                                           batch=batch, threads=threads)
+    card = train_generator(out, cfg, log=typer.echo)
+    typer.echo(f"generator: {card['steps']} steps, {card['cpu_seconds']} CPU s -> {out}")
+
+
+@mini_app.command("eval-judges")
+def eval_judges_cmd(
+    judge: Path = typer.Option(WEIGHTS / "judge", help="open_clip judge folder."),
+    n: int = typer.Option(300, help="Triples per category."),
+    seed: int = typer.Option(90210),
+    write: bool = typer.Option(True, help="Write the accuracy into the judges' card.json."),
+) -> None:
+    """Accuracy per category (shape, colour, colour/shape binding, relation) on fresh renders."""
+    from .evaluate import eval_judges
+
+    res = eval_judges(judge if write else None, WEIGHTS / "pixel" / "card.json" if write else None, n, seed)
+    if not write and (judge / "model.safetensors").exists():
+        from .evaluate import eval_clip_judge
+
+        res["clip"] = eval_clip_judge(judge, n, seed)
+    for name, r in res.items():
+        typer.echo(f"{name:6s} " + "  ".join(f"{k}={v:.3f}" for k, v in r["per_category"].items()))
+
+
+@mini_app.command("eval-generator")
+def eval_generator_cmd(
+    model: Path = typer.Option(WEIGHTS / "generator", help="Generator pipeline folder."),
+    suite: Path = typer.Option(SUITE, help="Prompt suite."),
+    samples: int = typer.Option(4, help="Images per prompt."),
+    steps: Optional[int] = typer.Option(None),
+    guidance: Optional[float] = typer.Option(None),
+    limit: Optional[int] = typer.Option(None, help="First N prompts only."),
+    write: bool = typer.Option(True, help="Write the result into the generator's card.json."),
+    grid: Optional[Path] = typer.Option(None, help="Also save a PNG grid of samples."),
+) -> None:
+    """Seen vs held-out success of the generator, judged by the pixel judge."""
+    from .evaluate import eval_generator
+
+    res = eval_generator(model, suite, samples, steps, guidance, limit=limit, write_card=write, grid=grid)
+    typer.echo(json.dumps(res["success"], indent=1))
+
+
+@mini_app.command("render")
+def render_cmd(
+    text: str = typer.Argument(..., help='A mini caption, e.g. "a red circle to the left of a blue square".'),
+    out: Path = typer.Option(Path("mini.png"), help="PNG to write."),
+    size: int = typer.Option(32),
+    seed: int = typer.Option(0),
+) -> None:
+    """Render the ground-truth image of a mini caption."""
+    import random
+
+    from .world import parse_caption, render
+
+    scene = parse_caption(text, random.Random(seed))
+    render(scene, size).save(out)
+    typer.echo(f"{out}: {text}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(mini_app, name="mini")
