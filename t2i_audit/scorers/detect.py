@@ -117,10 +117,8 @@ class DetectionScorer(QuestionScorer):
             side = max(im.width, im.height)  # OWLv2 pads to a square before resizing
             size = [(im.height, im.width)] if grounding else [(side, side)]
             if grounding:
-                r = self.processor.post_process_grounded_object_detection(
-                    res, enc["input_ids"], threshold=thr, text_threshold=thr, target_sizes=size)[0]
-                names = [next((lab for lab, q in zip(labs, queries) if t and t in q), None)
-                         for t in r["text_labels"]]
+                r = self._grounding_boxes(res, enc["input_ids"][0].tolist(), queries, size[0], thr)
+                names = [labs[int(i)] for i in r["labels"]]
             else:
                 r = self.processor.post_process_grounded_object_detection(
                     res, threshold=thr, target_sizes=size, text_labels=[queries])[0]
@@ -133,6 +131,29 @@ class DetectionScorer(QuestionScorer):
                     det[name].append([x0, y0, x1, y1, float(score)])
             out.append(det)
         return out
+
+    def _grounding_boxes(self, res, input_ids: list, queries: list, size, thr: float) -> dict:
+        """Grounding DINO scores per phrase: max over the phrase's tokens of sigmoid(logits)
+        (the processor's own post-processing returns decoded token strings instead of labels)."""
+        import torch
+
+        spans, pos = [], 0
+        for q in queries:  # find each phrase's tokens in order in the joined caption
+            ids = self.processor.tokenizer(q, add_special_tokens=False)["input_ids"]
+            start = next((i for i in range(pos, len(input_ids) - len(ids) + 1)
+                          if input_ids[i:i + len(ids)] == ids), None)
+            spans.append((start, start + len(ids)) if start is not None and ids else None)
+            if start is not None:
+                pos = start + len(ids)
+        probs = res.logits[0].float().sigmoid()  # (queries, text tokens)
+        per = torch.stack([probs[:, a:b].max(-1).values if sp else torch.zeros(probs.shape[0])
+                           for sp in spans for a, b in [sp or (0, 0)]], -1)
+        scores, labels = per.max(-1)
+        h, w = size
+        cx, cy, bw, bh = res.pred_boxes[0].float().unbind(-1)
+        boxes = torch.stack([(cx - bw / 2) * w, (cy - bh / 2) * h, (cx + bw / 2) * w, (cy + bh / 2) * h], -1)
+        keep = scores >= thr
+        return {"boxes": boxes[keep], "scores": scores[keep], "labels": labels[keep]}
 
     def classify_crops(self, crops: Sequence, texts: Sequence[Sequence[str]]) -> list[list[float]]:
         """Softmax probabilities of each crop over its candidate texts (CLIP)."""

@@ -150,8 +150,30 @@ def owlv2_model(folder: Path) -> dict:
     return {"id": str(folder), "local": True, "revision": "tiny"}
 
 
+def grounding_dino_model(folder: Path) -> dict:
+    import torch
+    from transformers import (GroundingDinoConfig, GroundingDinoForObjectDetection,
+                              GroundingDinoImageProcessor, GroundingDinoProcessor)
+
+    tok = bert_tokenizer()
+    torch.manual_seed(0)
+    cfg = GroundingDinoConfig(
+        backbone_config=dict(model_type="swin", image_size=32, patch_size=4, embed_dim=8, depths=[1, 1],
+                             num_heads=[1, 1], window_size=2, out_features=["stage1", "stage2"], out_indices=[1, 2]),
+        text_config=dict(model_type="bert", vocab_size=len(tok), hidden_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=37, max_position_embeddings=64),
+        d_model=32, encoder_layers=1, decoder_layers=2,  # 1 decoder layer breaks bbox_embed weight tying
+        encoder_ffn_dim=32, decoder_ffn_dim=32, encoder_attention_heads=2, decoder_attention_heads=2,
+        num_queries=10, num_feature_levels=2, encoder_n_points=1, decoder_n_points=1, max_text_len=32,
+        use_timm_backbone=False, use_pretrained_backbone=False)
+    GroundingDinoForObjectDetection(cfg).save_pretrained(folder)
+    ip = GroundingDinoImageProcessor(size={"shortest_edge": 32, "longest_edge": 32})
+    GroundingDinoProcessor(image_processor=ip, tokenizer=tok).save_pretrained(folder)
+    return {"id": str(folder), "local": True, "revision": "tiny"}
+
+
 KINDS = {"open_clip": open_clip_model, "clip": hf_clip_model, "blip": blip_vqa_model,
-         "llava": llava_model, "owlv2": owlv2_model}
+         "llava": llava_model, "owlv2": owlv2_model, "grounding_dino": grounding_dino_model}
 VERSION = "v1"
 
 

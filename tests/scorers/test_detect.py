@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from t2i_audit.scorers.base import ScoreItem
 from t2i_audit.scorers.detect import DetectionScorer
 from t2i_audit.scorers.registry import get_card
 from t2i_audit.scorers.stage import run_score_stage
@@ -111,3 +112,37 @@ def test_tiny_owlv2_end_to_end(tmp_path, model_dir):
         assert 0 <= b[0] <= b[2] <= 64 and 0 <= b[1] <= b[3] <= 64
     assert q["q1"]["extra"]["predicted"] in get_card("detect-owlv2")["options"]["values"]["color"] + ["red"]
     assert counts["detect-owlv2"]["scored"] == 1
+
+
+def test_grounding_dino_phrase_scores_map_to_labels(model_dir):
+    """Per-phrase scores are the max over the phrase's own tokens (known logits injected)."""
+    import torch
+    from types import SimpleNamespace
+
+    folder = model_dir / "gdino"
+    if not (folder / "done").exists():
+        (folder / "done").parent.mkdir(parents=True, exist_ok=True)
+        (folder / "done").write_text(json.dumps(tm.grounding_dino_model(folder)))
+    s = DetectionScorer(get_card("tiny-gdino", overrides={"model": json.loads((folder / "done").read_text())}))
+    s.load()
+    queries = ["square", "circle"]
+    ids = s.processor(images=draw([]), text="square. circle.", return_tensors="pt")["input_ids"][0].tolist()
+    circle_tok = ids.index(s.processor.tokenizer.convert_tokens_to_ids("circle"))
+    logits = torch.full((2, len(ids)), -10.0)
+    logits[0, circle_tok] = 3.0  # query box 0 grounds "circle"
+    logits[1, ids.index(s.processor.tokenizer.convert_tokens_to_ids("square"))] = 1.0
+    boxes = torch.tensor([[0.25, 0.5, 0.5, 0.5], [0.75, 0.5, 0.5, 0.5]])  # cx, cy, w, h
+    res = SimpleNamespace(logits=logits[None], pred_boxes=boxes[None])
+    r = s._grounding_boxes(res, ids, queries, (64, 64), thr=0.5)
+    assert r["labels"].tolist() == [1, 0]
+    assert r["scores"].tolist() == pytest.approx([torch.sigmoid(torch.tensor(3.0)).item(),
+                                                  torch.sigmoid(torch.tensor(1.0)).item()])
+    assert r["boxes"][0].tolist() == pytest.approx([0.0, 16.0, 32.0, 48.0])
+    # end to end through the stage
+    p = prompt("red", "square", "blue", "circle", rel="left of")
+    img = draw([("square", "red", L), ("circle", "blue", R)])
+    det = s.detect([img], [queries])[0]
+    assert set(det) == {"square", "circle"} and all(0 <= b[4] <= 1 for v in det.values() for b in v)
+    (ans,) = s.answer([ScoreItem(p, {"prompt_id": p["id"], "sample": 0}, img)], [s.queries(p)])
+    assert ans["q0"].passed is True  # threshold 0: every query box counts
+    assert ans["q4"].extra["relations"] is not None
