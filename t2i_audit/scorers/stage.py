@@ -126,7 +126,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                                    overrides=(overrides or {}).get(n)) for n in scorers]
     by_key = {_image_key(r): r for r in images}
     rd.scores_dir.mkdir(parents=True, exist_ok=True)
-    rd.update_stage("score", status="running", scorers=[s.name for s in instances])
+    rd.update_stage("score", status="running", running=[s.name for s in instances])
     todo: dict[str, set] = {}
     counts: dict[str, dict] = {}
     for s in instances:
@@ -180,7 +180,9 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
     for c in counts.values():
         c["seconds"] = round(c["seconds"], 3)
         c["records_per_s"] = round(c["records"] / c["seconds"], 1) if c["seconds"] > 0 else None
-    rd.update_stage("score", status="done", scorers=counts,
+    before = rd.read_manifest().get("stages", {}).get("score", {}).get("scorers")
+    merged = {**(before if isinstance(before, dict) else {}), **counts}  # other scorers' counts stay
+    rd.update_stage("score", status="done", scorers=merged, running=[],
                     seconds=round(time.perf_counter() - t_stage, 3),
                     device=instances[0].device if instances else device)
     return counts

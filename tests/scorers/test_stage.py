@@ -61,6 +61,9 @@ def test_records_schema_and_flagged_excluded(run):
     assert flagged[-1]["extra"]["flags"] == ["black"]
     m = RunDir(run.root).read_manifest()["stages"]["score"]
     assert m["status"] == "done" and m["scorers"]["counting"]["excluded"] == 1
+    run_score_stage(run, [], instances=[Counting({**CARD, "name": "other"})], progress=False)
+    m = RunDir(run.root).read_manifest()["stages"]["score"]
+    assert set(m["scorers"]) == {"counting", "other"}  # a later stage run keeps earlier counts
 
 
 def test_resume_computes_nothing_new(run):
