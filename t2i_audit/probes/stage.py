@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -183,14 +184,31 @@ def _summarize(dec, fail, corr, *, scorers, n_labelled, probe_file, seconds) -> 
     return out
 
 
+def _read_summary(rd: RunDir) -> dict:
+    if not rd.summary.exists():
+        return {}
+    try:
+        return json.loads(rd.summary.read_text())
+    except json.JSONDecodeError as e:
+        raise AuditError(f"{rd.summary}: corrupted summary ({e.msg})") from None
+
+
+def _fit_key(rd: RunDir, metas: dict, encoders, **settings) -> str:
+    """Hash of everything the fits depend on: activations, score files, settings."""
+    h = hashlib.sha1(json.dumps([{k: v.get("key") for k, v in metas.items()}, list(encoders), settings],
+                                sort_keys=True, default=str).encode())
+    if "denoiser" in encoders and (rd.activations_dir / "denoiser" / "meta.json").exists():
+        h.update((rd.activations_dir / "denoiser" / "meta.json").read_bytes())
+    h.update(rd.prompts.read_bytes())
+    for path in sorted(rd.scores_dir.glob("*.jsonl")) if rd.scores_dir.exists() else []:
+        h.update(path.name.encode())
+        h.update(hashlib.sha1(path.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
 def write_summary(rd: RunDir, probes: dict) -> None:
     """Read-modify-write summary.json, touching only the "probes" key."""
-    summary = {}
-    if rd.summary.exists():
-        try:
-            summary = json.loads(rd.summary.read_text())
-        except json.JSONDecodeError as e:
-            raise AuditError(f"{rd.summary}: corrupted summary ({e.msg})") from None
+    summary = _read_summary(rd)
     summary["probes"] = probes
     atomic_write_json(rd.summary, summary)
 
@@ -219,9 +237,15 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
 
         extract_denoiser_activations(rd, model, device=device, progress=progress)
         encoders.append("denoiser")
+    fit_key = _fit_key(rd, metas, encoders, scorer=scorer, seed=seed, n_splits=n_splits, n_boot=n_boot)
+    old = _read_summary(rd).get("probes") or {}
+    if old.get("fit_key") == fit_key and all((rd.root / f).exists() for f in old.get("files", [])):
+        rd.update_stage("probe", status="done", n_prompts=len(prompts), encoders=encoders,
+                        seconds=round(time.perf_counter() - t0, 2), scorers=old.get("scorers"), reused=True)
+        return old  # same activations, labels and settings: the fits would be identical
     probes = fit_probes(rd, prompts, encoders, scorer=scorer, seed=seed, n_splits=n_splits,
                         n_boot=n_boot, progress=progress)
-    probes.update(model=model, seed=seed, layers=layers, poolings=list(poolings),
+    probes.update(fit_key=fit_key, model=model, seed=seed, layers=layers, poolings=list(poolings),
                   encoders={k: {"arrays": len(v["arrays"]), "dim": v["dim"], "bytes": v["bytes"],
                                 "truncated": len(v["truncated"])} for k, v in metas.items()},
                   extract_seconds=round(t_extract, 2))

@@ -58,3 +58,14 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     build_tiny_clip(d)
     build_tiny_t5(d)
     return d
+
+
+@pytest.fixture(scope="session")
+def tiny_clip_dir(tmp_path_factory) -> Path:
+    """A pipeline-like folder with only a tiny CLIP text encoder (tokenizer/, text_encoder/)."""
+    from tiny_encoders import build_tiny_clip
+
+    import torch
+
+    torch.set_num_threads(1)
+    return build_tiny_clip(tmp_path_factory.mktemp("tiny-clip"))
