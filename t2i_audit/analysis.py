@@ -1,5 +1,5 @@
 """Aggregation of verdicts: success rates with confidence intervals, failure-type counts,
-scorer agreement and paired comparison of models. Pure numpy/pandas/scipy: no torch.
+scorer agreement and paired comparison of models. Pure numpy/pandas: no torch, no scipy import.
 
 Conventions: a *verdict* is True/False/None; None (not applicable: flagged image, skipped
 question) is left out of every rate. Rates carry a 95% Wilson interval, which behaves well
@@ -12,9 +12,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-
-Z95 = float(stats.norm.ppf(0.975))
+Z95 = 1.959963984540054  # scipy.stats.norm.ppf(0.975); scipy.stats costs seconds to import
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float, float]:

@@ -16,6 +16,7 @@ Run report outputs (``RUN/report/`` unless ``out_dir``):
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -84,8 +85,8 @@ def render_report(run_dir, *, out_dir=None, progress: bool = True, scorer: str |
     from .thumbs import Thumbs
 
     t0 = time.perf_counter()
-    rd = RunDir(run_dir)
-    data = load_run(rd.root, scorer)
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    data = load_run(rd, scorer)
     out = Path(out_dir) if out_dir is not None else rd.report_dir
     out.mkdir(parents=True, exist_ok=True)
     _log(progress, f"{len(data.prompts)} prompts, {len(data.images)} images, scorers: "
@@ -95,6 +96,8 @@ def render_report(run_dir, *, out_dir=None, progress: bool = True, scorer: str |
     page = out / "index.html"
     atomic_write_text(page, render("report.html.j2", ctx))
     table = write_tables(data.questions_df, out, "results")
+    for f in (page, out / table["parquet"], out / table["csv"]):
+        os.chmod(f, 0o644)  # a shared report: readable by a web server, not just its writer
     pruned = thumbs.prune()
     seconds = time.perf_counter() - t0
     update_summary_key(rd, "report", _summary_payload(ctx, data, out, rd, table, seconds, thumbs))

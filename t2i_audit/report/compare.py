@@ -21,7 +21,7 @@ import pandas as pd
 
 from .. import analysis
 from ..errors import AuditError
-from ..rundir import atomic_write_json, atomic_write_text
+from ..rundir import RunDir, atomic_write_json, atomic_write_text
 from .html import render, static_assets
 from .tables import choose_scorer, load_run, write_tables
 from .thumbs import Thumbs
@@ -66,6 +66,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
             scorer: str | None = None, seed: int = 0) -> Path:
     if len(run_dirs) < 2:
         raise AuditError(f"compare needs at least two runs, got {len(run_dirs)}")
+    run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
     runs = [load_run(d) for d in run_dirs]
     scorer = _common_scorer(runs, scorer)
     runs = [load_run(d, scorer) for d in run_dirs]
@@ -188,6 +189,8 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
            "alpha": ALPHA, "n_boot": N_BOOT, **static_assets()}
     page = out / "index.html"
     atomic_write_text(page, render("compare.html.j2", ctx))
+    for f in [page, out / "compare.json"] + [out / t[k] for t in tables.values() for k in ("parquet", "csv")]:
+        os.chmod(f, 0o644)
     return page
 
 

@@ -94,7 +94,7 @@ def choose_scorer(scorers: dict, wanted: str | None, where: Path) -> str | None:
 
 
 def load_run(run_dir, scorer: str | None = None) -> RunData:
-    rd = RunDir(run_dir)
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     if not rd.root.is_dir():
         raise AuditError(f"{rd.root}: run directory does not exist")
     prompts = {p["id"]: p for p in rd.read_prompts()}

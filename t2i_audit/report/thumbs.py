@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from pathlib import Path
 
 from ..rundir import atomic_write_bytes
@@ -37,6 +38,7 @@ def make_thumb(src: Path, dst: Path, px: int = THUMB_PX) -> None:
         buf = io.BytesIO()
         im.save(buf, format="JPEG", quality=85, optimize=True)
     atomic_write_bytes(dst, buf.getvalue())
+    os.chmod(dst, 0o644)
 
 
 class Thumbs:

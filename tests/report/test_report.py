@@ -162,3 +162,8 @@ def test_cli_report_and_compare(run_dir, tmp_path):
     res = CliRunner().invoke(app, ["compare", str(run_dir), str(run_dir), "--out", str(tmp_path / "cmp")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "cmp" / "compare.json").is_file()
+
+
+def test_accepts_a_rundir_object_as_the_api_passes_it(run_dir, tmp_path):
+    page = render_report(RunDir(run_dir), out_dir=tmp_path / "viaobj", progress=False)
+    assert page == tmp_path / "viaobj" / "index.html" and page.stat().st_mode & 0o044 == 0o044
