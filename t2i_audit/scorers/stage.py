@@ -134,7 +134,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
         todo[s.name] = {k for k in by_key if k not in done}
         counts[s.name] = {"images": len(by_key), "resumed": len(by_key) - len(todo[s.name]),
                           "scored": 0, "excluded": 0, "passed": 0, "failed": 0, "undecided": 0,
-                          "truncated": 0, "records": 0, "seconds": 0.0, "failures": {},
+                          "truncated": 0, "records": 0, "seconds": 0.0, "load_seconds": 0.0, "failures": {},
                           "model": s.model_id, "revision": s.revision}
     pending = [r for r in images if any(_image_key(r) in t for t in todo.values())]
     bar = None
@@ -157,11 +157,14 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
             mine = [it for it in items if it.key in todo[s.name]]
             if not mine:
                 continue
-            t0 = time.perf_counter()
             live = [it for it in mine if not it.flags]
+            if live and not s._loaded:
+                t_load = time.perf_counter()
+                s.load()
+                counts[s.name]["load_seconds"] = round(time.perf_counter() - t_load, 3)
+            t0 = time.perf_counter()
             results = {}
             if live:
-                s.load()
                 for it, recs in zip(live, s.score(live)):
                     results[it.key] = recs
             out = []
