@@ -146,7 +146,7 @@ class DetectionScorer(QuestionScorer):
             if start is not None:
                 pos = start + len(ids)
         probs = res.logits[0].float().sigmoid()  # (queries, text tokens)
-        per = torch.stack([probs[:, a:b].max(-1).values if sp else torch.zeros(probs.shape[0])
+        per = torch.stack([probs[:, a:b].max(-1).values if sp else torch.zeros(probs.shape[0], device=probs.device)
                            for sp in spans for a, b in [sp or (0, 0)]], -1)
         scores, labels = per.max(-1)
         h, w = size
