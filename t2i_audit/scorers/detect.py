@@ -20,7 +20,7 @@ The decision layer's inputs are :meth:`DetectionScorer.detect` (boxes per label)
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from .base import Answer, QuestionScorer, ScoreItem
 

@@ -12,7 +12,6 @@ both sides). The calibrated copy goes to ``<run>/calibration/<scorer>.yaml``; us
 from __future__ import annotations
 
 import datetime as _dt
-from pathlib import Path
 from typing import Iterable
 
 import yaml
