@@ -163,7 +163,7 @@ def gallery(data: RunData, thumbs: Thumbs, out_dir: Path, progress: bool) -> dic
     failed = failed.sort_values(["_rate", "_n", "template", "composition", "prompt_id", "sample"],
                                 ascending=[True, False, True, True, True, True])
     by_key = {(r["prompt_id"], r["sample"]): r for r in _records(im[["prompt_id", "sample", "path", "sha256", "verdict", "failure_types"]])}
-    rows = _records(failed.head(GALLERY_MAX))
+    rows = _records(_gallery_pick(failed, GALLERY_MAX))
     it = rows
     if progress and len(rows) > 200:
         from tqdm import tqdm
@@ -194,6 +194,18 @@ def gallery(data: RunData, thumbs: Thumbs, out_dir: Path, progress: bool) -> dic
             "categories": sorted({c["category"] for c in cards}),
             "types": sorted({t for c in cards for t in c["failure_types"]}),
             "concepts": sorted({x for c in cards for x in c["concepts"]}), "worst": worst}
+
+
+def _gallery_pick(failed: pd.DataFrame, limit: int) -> pd.DataFrame:
+    """The worst ``limit`` failures, but every category gets its share so filters never
+    come up empty for a category that failed; page order stays worst-first."""
+    if len(failed) <= limit:
+        return failed
+    cats = failed["category"].nunique()
+    picked = failed.groupby("category", sort=False, group_keys=False).head(max(1, limit // cats))
+    rest = failed.drop(picked.index)
+    picked = pd.concat([picked, rest.head(limit - len(picked))])
+    return failed.loc[failed.index.isin(picked.index)]
 
 
 def _rel(path: Path, start: Path) -> str:

@@ -167,3 +167,13 @@ def test_cli_report_and_compare(run_dir, tmp_path):
 def test_accepts_a_rundir_object_as_the_api_passes_it(run_dir, tmp_path):
     page = render_report(RunDir(run_dir), out_dir=tmp_path / "viaobj", progress=False)
     assert page == tmp_path / "viaobj" / "index.html" and page.stat().st_mode & 0o044 == 0o044
+
+
+def test_gallery_cap_keeps_every_failed_category(monkeypatch, run_dir, tmp_path):
+    from t2i_audit.report import html as html_mod
+
+    monkeypatch.setattr(html_mod, "GALLERY_MAX", 6)
+    page = render_report(run_dir, out_dir=tmp_path / "cap", progress=False).read_text()
+    cards = re.findall(r'<article class="card" data-category="([^"]+)"', page)
+    assert len(cards) == 6 and set(cards) == {"color_binding", "spatial", "counting"}
+    assert "6 of " in page
