@@ -227,8 +227,6 @@ def extract_to_dir(prompts: list[dict], enc_dir: Path, tokenizer, model, *, fing
     if progress:
         print(f"[probe] {enc_dir.name}: {len(ids)} prompts x {n_layers} layers x {n_pool} poolings "
               f"-> about {size / 2**20:.1f} MiB float16 in {enc_dir}", file=sys.stderr)
-    trunc: list[bool] = []
-    layer_names: list[str] = []
     for c in range(n_chunks):
         part = parts / f"part_{c:05d}.npz"
         if part.exists():
@@ -249,30 +247,14 @@ def extract_to_dir(prompts: list[dict], enc_dir: Path, tokenizer, model, *, fing
         tmp.replace(part)
         if progress:
             print(f"[probe] {enc_dir.name}: {min((c + 1) * CHUNK, len(ids))}/{len(ids)}", file=sys.stderr)
-    # merge the parts into one array per layer x pooling
-    files = [np.load(parts / f"part_{c:05d}.npz") for c in range(n_chunks)]
-    names = [k for k in files[0].files if k != "_truncated"] if files else []
-    for name in names:
-        first = files[0][name]
-        tmp = enc_dir / f".{name}.tmp.npy"
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(len(ids), first.shape[1]))
-        row = 0
-        for f in files:
-            a = f[name]
-            out[row:row + len(a)] = a
-            row += len(a)
-        out.flush()
-        del out
-        tmp.replace(enc_dir / f"{name}.npy")
-    trunc = np.concatenate([f["_truncated"] for f in files]).tolist() if files else []
-    for name in names:
-        layer_names.append(name.split("__")[0])
+    names, trunc = merge_parts(enc_dir, parts, n_chunks, len(ids))
+    layer_names = [name.split("__")[0] for name in names]
     atomic_write_jsonl(enc_dir / "index.jsonl", ({"row": i, "prompt_id": pid} for i, pid in enumerate(ids)))
     meta = {
         "key": key, "fingerprint": fingerprint, "n": len(ids),
         "layers": list(dict.fromkeys(layer_names)),
         "poolings": list(dict.fromkeys(n.split("__")[1] for n in names)),
-        "arrays": names, "dim": int(files[0][names[0]].shape[1]) if names else 0,
+        "arrays": names, "dim": int(np.load(enc_dir / f"{names[0]}.npy", mmap_mode="r").shape[1]) if names else 0,
         "truncated": [pid for pid, t in zip(ids, trunc) if t],
         "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names),
     }
@@ -282,6 +264,30 @@ def extract_to_dir(prompts: list[dict], enc_dir: Path, tokenizer, model, *, fing
         print(f"[probe] {enc_dir.name}: {len(meta['truncated'])} prompts truncated at "
               f"{tokenizer.model_max_length} tokens (listed in {meta_path})", file=sys.stderr)
     return meta
+
+
+def merge_parts(enc_dir: Path, parts: Path, n_chunks: int, n_rows: int) -> tuple[list[str], list]:
+    """Concatenate ``part_*.npz`` chunks into one float16 ``.npy`` per array (atomic renames).
+
+    Returns the array names and the per-row ``_truncated`` flags (empty when not stored).
+    """
+    files = [np.load(parts / f"part_{c:05d}.npz") for c in range(n_chunks)]
+    names = [k for k in files[0].files if not k.startswith("_")] if files else []
+    for name in names:
+        tmp = enc_dir / f".{name}.tmp.npy"
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16,
+                                        shape=(n_rows, files[0][name].shape[1]))
+        row = 0
+        for f in files:
+            a = f[name]
+            out[row:row + len(a)] = a
+            row += len(a)
+        out.flush()
+        del out
+        tmp.replace(enc_dir / f"{name}.npy")
+    trunc = (np.concatenate([f["_truncated"] for f in files]).tolist()
+             if files and "_truncated" in files[0].files else [])
+    return names, trunc
 
 
 def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, layers: str = "all",
