@@ -51,7 +51,7 @@ def train_generator_cmd(
     minutes: Optional[float] = typer.Option(None, help="Stop after M minutes of wall time."),
     seed: int = typer.Option(0),
     batch: int = typer.Option(32),
-    threads: int = typer.Option(2, help="torch threads."),
+    threads: int = typer.Option(1, help="torch threads."),
     smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
 ) -> None:
     """Train the mini text-to-image model on renders, held-out colour-shape pairs excluded."""

@@ -18,7 +18,7 @@ DEFAULT_GUIDANCE = 4.0
 
 
 def build_unet(size: int = 32, block_out_channels=(32, 64, 64), cross_attention_dim: int = 64,
-               layers_per_block: int = 1, attention_head_dim: int = 8):
+               layers_per_block: int = 1, attention_head_dim: int = 2):
     from diffusers import UNet2DConditionModel
 
     n = len(block_out_channels)

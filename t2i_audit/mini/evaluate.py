@@ -94,7 +94,7 @@ def eval_judges(judge_folder: Path | str | None, pixel_card: Path | str | None =
 
 def eval_generator(folder: Path | str, suite: Path | str, samples: int = 4, steps: int | None = None,
                    guidance: float | None = None, seed: int = 0, batch: int = 64, limit: int | None = None,
-                   write_card: bool = True, grid: Path | str | None = None) -> dict:
+                   write_card: bool = True, grid: Path | str | None = None, threads: int = 1) -> dict:
     """Generate `samples` images per prompt of `suite` and judge them with the pixel judge:
     prompt success (all questions pass) and per-question-kind accuracy, seen vs held-out."""
     import torch
@@ -104,6 +104,7 @@ def eval_generator(folder: Path | str, suite: Path | str, samples: int = 4, step
     from .components import DEFAULT_GUIDANCE, DEFAULT_STEPS, load_pipeline
     from .pixel_judge import judge_image
 
+    torch.set_num_threads(threads)
     steps, guidance = steps or DEFAULT_STEPS, guidance or DEFAULT_GUIDANCE
     records = expand(load_suite(suite))[:limit]
     pipe = load_pipeline(folder)
@@ -154,3 +155,39 @@ def _save_grid(imgs, path: Path, cols: int = 8, scale: int = 4) -> None:
         g.paste(im, ((i % cols) * (w + 2), (i // cols) * (h + 2)))
     path.parent.mkdir(parents=True, exist_ok=True)
     g.resize((g.width * scale, g.height * scale), Image.NEAREST).save(path)
+
+
+def eval_scorer_on_renders(scorer_name: str, suite: Path | str, seed: int = EVAL_SEED, batch: int = 32) -> dict:
+    """Agreement of a registered scorer's question verdicts with the pixel truth, on renders
+    of each suite prompt (truth: all yes) and of its twin's scene judged against the prompt
+    (truth: the swapped questions no). Per question kind and for the prompt verdict."""
+    from ..prompts import expand
+    from ..scorers.base import ScoreItem
+    from ..scorers.registry import create_scorer
+    from ..suite import load_suite
+    from .pixel_judge import judge_image
+    from .world import scene_from_record
+
+    records = expand(load_suite(suite))
+    by_id = {r["id"]: r for r in records}
+    rng = random.Random(seed)
+    items, truths = [], []
+    for r in records:
+        shows = [r] + ([by_id[r["twin"]]] if r.get("twin") in by_id else [])
+        for k, shown in enumerate(shows):
+            img = render(scene_from_record(shown, rng))
+            items.append(ScoreItem(r, {"prompt_id": r["id"], "sample": k, "sha256": None}, image=img))
+            truths.append(judge_image(img, r))
+    scorer = create_scorer(scorer_name).load()
+    agree: dict[str, list[bool]] = defaultdict(list)
+    for i in range(0, len(items), batch):
+        for it, truth, recs in zip(items[i:i + batch], truths[i:i + batch], scorer.score(items[i:i + batch])):
+            kinds = {q["id"]: q["kind"] for q in it.prompt["questions"]}
+            for rec in recs:
+                if rec["kind"] == "question" and rec["verdict"] is not None and truth.get(rec["question_id"]) is not None:
+                    agree[kinds[rec["question_id"]]].append(rec["verdict"] == truth[rec["question_id"]])
+                if rec["kind"] == "prompt" and rec["verdict"] is not None:
+                    agree["prompt"].append(rec["verdict"] == all(v is True for v in truth.values()))
+    return {"scorer": scorer_name, "images": len(items),
+            "agreement": {k: round(sum(v) / len(v), 4) for k, v in sorted(agree.items())},
+            "n": {k: len(v) for k, v in sorted(agree.items())}}

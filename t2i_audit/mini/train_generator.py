@@ -42,10 +42,11 @@ class GeneratorConfig:
     minutes: float | None = None      # … or after this much wall time (whichever first)
     ema_decay: float = 0.999
     caption_dropout: float = 0.1
-    block_out_channels: tuple[int, ...] = (16, 32, 64)
+    block_out_channels: tuple[int, ...] = (32, 64, 64)
+    attention_heads: int = 2          # head dim 32: SDPA on CPU is slow with tiny heads
     text_width: int = 64
     text_layers: int = 4
-    threads: int = 2
+    threads: int = 1                  # >1 thread on a shared 2-core box spins in OpenMP
     checkpoint_minutes: float = 10.0
     heldout: tuple[tuple[str, str], ...] = HELDOUT_PAIRS
     kind_weights: tuple[float, float, float] = (0.2, 0.3, 0.5)
@@ -123,7 +124,8 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
     tokenizer = build_tokenizer()
     text_encoder = build_text_encoder(len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id,
                                       width=cfg.text_width, layers=cfg.text_layers)
-    unet = build_unet(cfg.size, cfg.block_out_channels, cross_attention_dim=cfg.text_width)
+    unet = build_unet(cfg.size, cfg.block_out_channels, cross_attention_dim=cfg.text_width,
+                      attention_head_dim=cfg.attention_heads)
     sched = train_scheduler()
     alphas = sched.alphas_cumprod.float()
     params = list(unet.parameters()) + list(text_encoder.parameters())
@@ -211,7 +213,7 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int)
     p.add_argument("--minutes", type=float)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--checkpoint-minutes", type=float, default=10.0)
     p.add_argument("--smoke", action="store_true", help="3 steps of a tiny model (CI)")
     a = p.parse_args(argv)
@@ -224,7 +226,7 @@ def main(argv=None) -> None:
 
 
 def smoke_config(seed: int = 0) -> GeneratorConfig:
-    return GeneratorConfig(seed=seed, steps=3, batch=4, block_out_channels=(8, 16), text_width=16,
+    return GeneratorConfig(seed=seed, steps=3, batch=4, block_out_channels=(8, 16), attention_heads=2, text_width=16,
                            text_layers=1, threads=1, checkpoint_minutes=1e9)
 
 
