@@ -107,9 +107,12 @@ class DetectionScorer(QuestionScorer):
             grounding = self.model.config.model_type == "grounding-dino"
             with torch.no_grad():
                 if grounding:
-                    enc = self.processor(images=im, text=". ".join(queries) + ".", return_tensors="pt")
+                    enc = self.processor(images=im, text=". ".join(queries) + ".", return_tensors="pt",
+                                         truncation=True, max_length=int(self.model.config.max_text_len))
                 else:
-                    enc = self.processor(text=[queries], images=im, return_tensors="pt")
+                    limit = int(self.model.config.text_config.max_position_embeddings)
+                    enc = self.processor(text=[queries], images=im, return_tensors="pt",
+                                         truncation=True, max_length=limit)
                 enc = enc.to(self.device)
                 if "pixel_values" in enc:
                     enc["pixel_values"] = enc["pixel_values"].to(self.model.dtype)
@@ -170,6 +173,16 @@ class DetectionScorer(QuestionScorer):
         return out
 
     # --- decisions --------------------------------------------------------------------------
+    def query_truncated(self, label: str) -> bool:
+        """Whether the text query for ``label`` exceeds the detector's text length (OWLv2: 16)."""
+        proc, model = getattr(self, "processor", None), getattr(self, "model", None)
+        if proc is None or model is None:
+            return False
+        tpl = (self.card.get("templates") or {}).get("query", "a photo of a {object}")
+        cfg = model.config
+        limit = getattr(cfg, "max_text_len", None) or cfg.text_config.max_position_embeddings
+        return len(proc.tokenizer(tpl.format(object=label))["input_ids"]) > int(limit)
+
     def answer(self, items: Sequence[ScoreItem], queries) -> list[dict[str, Answer]]:
         thr = float(self.thresholds.get("box", 0.1))
         iou_thr = float(self.thresholds.get("nms_iou", 0.5))
@@ -207,6 +220,11 @@ class DetectionScorer(QuestionScorer):
                     if not vals or box is None:
                         continue
                     crop_jobs.append((i, q, box, objs[q["object"]]["name"], vals))
+            for q in qs:  # a truncated detector query is recorded, never hidden
+                a = ans.get(q["id"])
+                names = [objs[k]["name"] for k in (q.get("object"), q.get("subject")) if k in objs]
+                if a is not None and q.get("kind") != "attribute":
+                    a.truncated = any(self.query_truncated(n) for n in names)
             out.append(ans)
         self._answer_attributes(items, crop_jobs, out)
         return out

@@ -146,3 +146,19 @@ def test_grounding_dino_phrase_scores_map_to_labels(model_dir):
     (ans,) = s.answer([ScoreItem(p, {"prompt_id": p["id"], "sample": 0}, img)], [s.queries(p)])
     assert ans["q0"].passed is True  # threshold 0: every query box counts
     assert ans["q4"].extra["relations"] is not None
+
+
+def test_long_detector_query_is_recorded_as_truncated(tmp_path, model_dir):
+    folder = model_dir / "owlv2"
+    if not (folder / "done").exists():
+        (folder / "done").parent.mkdir(parents=True, exist_ok=True)
+        m = {"owl": tm.owlv2_model(folder / "owl"), "clip": tm.open_clip_model(folder / "oc")}
+        (folder / "done").write_text(json.dumps(m))
+    m = json.loads((folder / "done").read_text())
+    long_name = "square " * 20  # OWLv2 text queries hold 16 tokens
+    p = prompt(None, long_name.strip())
+    rd = make_run(tmp_path / "run", [(p, draw([("square", "red", L)]))])
+    ov = {"model": m["owl"], "thresholds": {"box": 0.0}, "options": {"attribute_model": m["clip"]}}
+    run_score_stage(rd, ["detect-owlv2"], overrides={"detect-owlv2": ov}, progress=False)
+    recs = [json.loads(x) for x in rd.scores("detect-owlv2").read_text().splitlines()]
+    assert recs[0]["truncated"] is True and recs[-1]["truncated"] is True
