@@ -29,6 +29,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CARDS_DIR = PACKAGE_DIR / "cards" / "scorers"
 ENTRY_POINT_GROUP = "t2i_audit.scorers"
 PATH_KEYS = ("config", "checkpoint", "path")  # model keys whose values are files/folders
+CKPT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 
 
 def resolve_path(value: str, card_dir: Path | None) -> str:
@@ -53,6 +54,9 @@ def _normalise(card: Mapping, source: str, card_dir: Path | None) -> dict:
     for key in PATH_KEYS:
         if model.get(key):
             model[key] = resolve_path(model[key], card_dir)
+    pre = model.get("pretrained")  # an open_clip tag ("openai") stays; a checkpoint path resolves
+    if isinstance(pre, str) and (pre.startswith(("pkg:", "./", "../", "/", "~")) or pre.endswith(CKPT_SUFFIXES)):
+        model["pretrained"] = resolve_path(pre, card_dir)
     # a local folder/checkpoint as the model id itself
     mid = model.get("id")
     if isinstance(mid, str) and (mid.startswith(("pkg:", "./", "../", "/", "~"))):

@@ -142,6 +142,8 @@ def test_local_card_file_resolves_paths(tmp_path, run):
         """).replace("CLS", f"{__name__}:Counting"))
     (c,) = load_card_file(card)
     assert c["model"]["config"] == str(tmp_path / "cards" / "weights" / "config.json")
+    assert c["model"]["pretrained"] == str(tmp_path / "cards" / "weights" / "model.safetensors")
+    assert get_card("clip")["model"]["pretrained"] == "openai"  # a tag is not a path
     s = create_scorer("my-judge", cards={"my-judge": c})
     assert isinstance(s, Counting) and s.model_id == "my-judge/model.safetensors" and s.revision == "v1"
     counts = api_run_score_stage(run, ["my-judge"], extra_cards=[str(card)], progress=False)
