@@ -165,7 +165,7 @@ def diff_bar(diff: float, lo: float, hi: float, span: float = 0.5, width: int = 
     if diff is None or math.isnan(diff):
         return Markup('<span class="muted">—</span>')
     x = lambda v: 4 + (min(max(v, -span), span) + span) / (2 * span) * (width - 8)  # noqa: E731
-    colour = "#2166ac" if diff > 0 else "#b2182b"
+    colour = "#2166ac" if diff > 0 else ("#b2182b" if diff < 0 else "#6b7080")
     fill = colour if significant else "#fff"
     return Markup(
         f'<svg class="ci" width="{width}" height="14" viewBox="0 0 {width} 14" role="img" '

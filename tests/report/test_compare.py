@@ -82,3 +82,14 @@ def test_errors_name_the_problem(runs, tmp_path):
     bare = make_run(tmp_path / "bare", prompts=make_prompts(n_binding=2, n_rel=1, n_count=1), scorers=(), probes=False)
     with pytest.raises(AuditError, match="no scorer has scored every run"):
         compare_runs([good, bare], tmp_path / "z")
+
+
+def test_three_runs_every_pair_compared(runs, tmp_path):
+    _, good, bad, _ = runs
+    compare_runs([good, bad, good], tmp_path / "three")
+    s = json.loads((tmp_path / "three" / "compare.json").read_text())
+    assert len(s["models"]) == 3 == len(set(s["models"]))
+    assert len(s["differences"]) == 3  # overall: every pair
+    sig = {(d["a"], d["b"]): d["significant"] for d in s["differences"]}
+    assert sum(sig.values()) == 2  # bad differs from both copies of good; the copies do not
+    assert [r["rank"] for r in s["ranking"]] == [1, 1, 3]
