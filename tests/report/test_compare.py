@@ -93,3 +93,12 @@ def test_three_runs_every_pair_compared(runs, tmp_path):
     sig = {(d["a"], d["b"]): d["significant"] for d in s["differences"]}
     assert sum(sig.values()) == 2  # bad differs from both copies of good; the copies do not
     assert [r["rank"] for r in s["ranking"]] == [1, 1, 3]
+
+
+def test_hostile_model_name_is_escaped(tmp_path):
+    prompts = make_prompts(n_binding=4, n_rel=2, n_count=2, concept_override="<script>alert(1)</script>")
+    a = make_run(tmp_path / "a", prompts=prompts, model='<img src=x onerror="alert(1)">', probes=False, scorers=("s",))
+    b = make_run(tmp_path / "b", prompts=prompts, model="plain", skill=0.5, probes=False, scorers=("s",))
+    body = compare_runs([a, b], tmp_path / "o").read_text().split("<body>", 1)[1]
+    assert "<img src=x" not in body and "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in body
+    assert "<script>alert(1)</script>" not in body
