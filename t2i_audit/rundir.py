@@ -178,8 +178,8 @@ class RunLock:
 class RunDir:
     """Paths of one run directory. Creating the object touches nothing on disk."""
 
-    def __init__(self, root: Path | str):
-        self.root = Path(root)
+    def __init__(self, root: "Path | str | RunDir"):
+        self.root = root.root if isinstance(root, RunDir) else Path(root)
 
     # --- layout -------------------------------------------------------------------------
     @property
