@@ -10,6 +10,7 @@ and writing files in one run directory, each skipping work already on disk.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import json
@@ -164,21 +165,36 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
             gen = GenSettings(steps=s["steps"], guidance=s["guidance"], size=s["size"], dtype=s["dtype"],
                               device=device, batch_size=cfg.batch_size, images_per_prompt=cfg.images_per_prompt,
                               seed=cfg.seed)
-            generate_images(run, records, card, gen, state=state, progress=progress)
+            with _recorded(run, "generate", state.is_main_process):
+                generate_images(run, records, card, gen, state=state, progress=progress)
         if not state.is_main_process:  # scoring, probes and the report run on the main process
             return run.root
         categories = {r["category"] for r in records}
         scorers = None
         if "score" in cfg.stages:
             chosen = cfg.scorers if cfg.scorers is not None else (list(card.scorers) or None)
-            scorers = score_stage(run, chosen, categories, device=device, batch_size=cfg.batch_size,
-                                  progress=progress)
+            with _recorded(run, "score"):
+                scorers = score_stage(run, chosen, categories, device=device, batch_size=cfg.batch_size,
+                                      progress=progress)
         if "probe" in cfg.stages:
-            probe_stage(run, cfg.probe_model or cfg.model, scorer=scorers[0] if scorers else None,
-                        seed=cfg.seed, device=device, progress=progress)
+            with _recorded(run, "probe"):
+                probe_stage(run, cfg.probe_model or cfg.model, scorer=scorers[0] if scorers else None,
+                            seed=cfg.seed, device=device, progress=progress)
         if "report" in cfg.stages:
-            report_stage(run, progress=progress)
+            with _recorded(run, "report"):
+                report_stage(run, progress=progress)
     return run.root
+
+
+@contextlib.contextmanager
+def _recorded(run: RunDir, stage: str, main: bool = True):
+    """A stage that fails leaves its error in the manifest (what finished stays on disk)."""
+    try:
+        yield
+    except Exception as e:
+        if main:
+            run.update_stage(stage, status="failed", error=f"{type(e).__name__}: {e}")
+        raise
 
 
 def score_stage(run: RunDir, scorers, categories: set, **kw) -> list[str]:

@@ -10,6 +10,7 @@ merges the shards into images.jsonl. A kill loses at most the batch in flight.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import os
@@ -172,20 +173,32 @@ def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, items: l
                    guidance_scale=s.guidance, height=s.size, width=s.size, output_type="np", **card.call)
         seconds = (time.perf_counter() - t0) / len(batch)
         nsfw = getattr(out, "nsfw_content_detected", None) or [False] * len(batch)
-        records = []
-        for (p, k), seed, arr, unsafe in zip(batch, seeds, out.images, nsfw):
-            png, flags = _to_png(arr)
-            if unsafe:
-                flags.append("nsfw")
-            path = run.image_path(p["id"], k)
-            atomic_write_bytes(path, png)
-            records.append({"prompt_id": p["id"], "sample": k, "seed": seed, "path": run.rel(path),
-                            "sha256": hashlib.sha256(png).hexdigest(), "width": int(arr.shape[1]),
-                            "height": int(arr.shape[0]), "seconds": round(seconds, 4), "flags": flags,
-                            "model": card.name, "rank": rank})
-        append_jsonl(run.image_shard(rank), records)
+        try:
+            _write_batch(run, card, batch, seeds, out.images, nsfw, seconds, rank)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise AuditError(f"{run.root}: no space left on device while writing images ({e.strerror}); "
+                             "every image finished before this batch is kept — free space and rerun the "
+                             "same command to resume") from None
         bar.update(len(batch))
     bar.close()
+
+
+def _write_batch(run: RunDir, card: ModelCard, batch, seeds, images, nsfw, seconds: float, rank: int) -> None:
+    """PNGs first (atomic), then one appended line per image: a record never outruns its file."""
+    records = []
+    for (p, k), seed, arr, unsafe in zip(batch, seeds, images, nsfw):
+        png, flags = _to_png(arr)
+        if unsafe:
+            flags.append("nsfw")
+        path = run.image_path(p["id"], k)
+        atomic_write_bytes(path, png)
+        records.append({"prompt_id": p["id"], "sample": k, "seed": seed, "path": run.rel(path),
+                        "sha256": hashlib.sha256(png).hexdigest(), "width": int(arr.shape[1]),
+                        "height": int(arr.shape[0]), "seconds": round(seconds, 4), "flags": flags,
+                        "model": card.name, "rank": rank})
+    append_jsonl(run.image_shard(rank), records)
 
 
 def merge_shards(run: RunDir, prompts: list[dict], images_per_prompt: int, made_now: int) -> dict:

@@ -9,6 +9,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 # tiny pipelines are built once per machine and reused by every test (and every subprocess)
 os.environ.setdefault("T2I_AUDIT_CACHE", str(Path(tempfile.gettempdir()) / "t2i-audit-test-cache"))
+os.environ.setdefault("T2I_AUDIT_TINY_DIR", str(Path(tempfile.gettempdir()) / "t2i-audit-test-cache" / "scorers"))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402

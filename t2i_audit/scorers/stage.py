@@ -13,6 +13,7 @@ the same way (model + revision + image sha256 + question); changing only a thres
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -143,6 +144,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
 
         bar = tqdm(total=len(pending), desc="score", unit="img")
     t_stage = time.perf_counter()
+    broken: dict[str, str] = {}  # scorer name -> the error that stopped it
     for start in range(0, len(pending), max(1, batch_size)):
         chunk = pending[start:start + batch_size]
         items = []
@@ -155,7 +157,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                 items.append(ScoreItem(prompt, rec, img, path))
         for s in instances:
             mine = [it for it in items if it.key in todo[s.name]]
-            if not mine:
+            if not mine or s.name in broken:
                 continue
             live = [it for it in mine if not it.flags]
             if live and not s._loaded:
@@ -164,9 +166,16 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                 counts[s.name]["load_seconds"] = round(time.perf_counter() - t_load, 3)
             t0 = time.perf_counter()
             results = {}
-            if live:
-                for it, recs in zip(live, s.score(live)):
-                    results[it.key] = recs
+            try:
+                if live:
+                    for it, recs in zip(live, s.score(live)):
+                        results[it.key] = recs
+            except Exception as e:  # noqa: BLE001 - one broken scorer must not sink the others
+                # Nothing of this batch is written, so a rerun retries exactly these images.
+                broken[s.name] = f"{type(e).__name__}: {e}"
+                counts[s.name]["error"] = broken[s.name]
+                counts[s.name]["skipped"] = len(todo[s.name]) - counts[s.name]["scored"] - counts[s.name]["excluded"]
+                continue
             out = []
             for it in mine:
                 out.extend(s.excluded_records(it) if it.flags else results[it.key])
@@ -185,7 +194,11 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
         c["records_per_s"] = round(c["records"] / c["seconds"], 1) if c["seconds"] > 0 else None
     before = rd.read_manifest().get("stages", {}).get("score", {}).get("scorers")
     merged = {**(before if isinstance(before, dict) else {}), **counts}  # other scorers' counts stay
-    rd.update_stage("score", status="done", scorers=merged, running=[],
+    for name, err in broken.items():
+        print(f"warning: scorer {name} failed ({err}); {counts[name]['skipped']} images left unscored "
+              "for it — rerun to retry them", file=sys.stderr)
+    rd.update_stage("score", status="done_with_errors" if broken else "done", scorers=merged, running=[],
+                    errors=broken,
                     seconds=round(time.perf_counter() - t_stage, 3),
                     device=instances[0].device if instances else device)
     return counts
