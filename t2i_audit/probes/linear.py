@@ -49,7 +49,7 @@ def _probe(seed: int, C: float):
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=500, random_state=seed))
+    return make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=1e-3, max_iter=500, random_state=seed))
 
 
 def oof_proba(X: np.ndarray, y: np.ndarray, folds, *, seed: int = 0, C: float = 1.0,
@@ -75,7 +75,7 @@ def _fit_folds(X, y, folds, classes, proba, *, seed, C, scale):
         if len(present) == 1:
             proba[np.ix_(te, cols)] = 1.0
             continue
-        model = _probe(seed, C) if scale else LogisticRegression(C=C, max_iter=500, random_state=seed)
+        model = _probe(seed, C) if scale else LogisticRegression(C=C, tol=1e-3, max_iter=500, random_state=seed)
         model.fit(X[tr], y[tr])
         proba[np.ix_(te, cols)] = model.predict_proba(X[te])
 

@@ -31,7 +31,8 @@ def load_prompts(path) -> list[dict]:
 
 
 def load_probe(from_run) -> dict:
-    path = RunDir(from_run).probes_dir / "failure_probe.json"
+    rd = from_run if isinstance(from_run, RunDir) else RunDir(from_run)
+    path = rd.probes_dir / "failure_probe.json"
     if not path.exists():
         raise AuditError(f"{path}: no fitted failure probe; run `t2i-audit probe {from_run}` on a "
                          "scored run first")

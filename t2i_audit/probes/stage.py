@@ -219,7 +219,7 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
                     n_boot: int = 1000, batch_size: int = 32) -> dict:
     from .activations import extract_text_activations
 
-    rd = RunDir(run_dir)
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     prompts = rd.read_prompts()
     if not prompts:
         raise AuditError(f"{rd.prompts}: no prompts")

@@ -148,3 +148,39 @@ def test_extract_to_dir_stores_float16_resumes_and_is_idempotent(encoders, tmp_p
     assert calls == [] and again == json.loads((enc_dir / "meta.json").read_text())
     with pytest.raises(AuditError, match="--poolings: unknown"):
         A.extract_to_dir(prompts, enc_dir, tok, model, fingerprint="fp", poolings=("max",))
+
+
+def test_slot_spans_of_expanded_suite_records_hit_their_words(encoders, tmp_path):
+    """Records from the real suite expansion: every slot's tokens spell the slot's value."""
+    from t2i_audit.prompts import expand, load_suite
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text("""
+suite: spans
+version: 1
+concepts:
+  objects: {family: object, values: [cube, teddy bear, {name: knife, plural: knives}]}
+  colors: {family: color, values: [orange, red]}
+templates:
+  - name: two
+    category: color_binding
+    text: "a photo of {c1.a} {o1} and {c2.a} {o2}"
+    slots: {c1: colors, o1: objects, c2: colors, o2: objects}
+    constraints: ["o1 != o2", "c1 != c2"]
+    expect:
+      objects: [{id: o1, color: c1}, {id: o2, color: c2}]
+""")
+    records = expand(load_suite(suite))
+    assert records
+    for name in ("text_encoder", "text_encoder_3"):
+        tok, _ = encoders[name]
+        for r in records:
+            enc = tok(r["text"], return_offsets_mapping=True)
+            slots = A.token_slots(enc["offset_mapping"], r["spans"], list(r["slots"]))
+            assert set(slots) == set(r["slots"])
+            off = enc["offset_mapping"]
+            for slot, idx in slots.items():
+                assert idx == list(range(idx[0], idx[-1] + 1))  # contiguous tokens
+                assert r["text"][off[idx[0]][0]:off[idx[-1]][1]].strip() == r["slots"][slot]
+                outside = [i for i in range(len(off)) if i not in idx and off[i][1] > off[i][0]]
+                assert not any(r["spans"][slot][0] <= off[i][0] < r["spans"][slot][1] for i in outside)

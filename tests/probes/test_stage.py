@@ -159,3 +159,32 @@ def test_cli_probe_and_predict(tiny_clip_dir, tmp_path):
     assert len(re.findall(r"\b[12]  \d\.\d{3}  a photo of", r.output)) == 2  # --top 2
     r = CliRunner().invoke(app, ["probe", str(tmp_path / "nowhere"), "--model", str(tiny_clip_dir)])
     assert r.exit_code != 0
+
+
+SUITE = """
+suite: probe-test
+version: 1
+concepts:
+  objects: {family: object, values: [cube, sphere, dog, cup]}
+  colors: {family: color, values: [red, green, blue, orange]}
+templates:
+  - name: two_objects
+    category: color_binding
+    text: "a photo of {c1.a} {o1} and {c2.a} {o2}"
+    slots: {c1: colors, o1: objects, c2: colors, o2: objects}
+    constraints: ["o1 != o2", "c1 != c2"]
+    expect:
+      objects:
+        - {id: o1, color: c1}
+        - {id: o2, color: c2}
+"""
+
+
+def test_predict_from_a_suite_yaml(probed, tiny_clip_dir, tmp_path):
+    rd, _, _ = probed
+    suite = tmp_path / "new.yaml"
+    suite.write_text(SUITE)
+    ranked = predict_failures(str(tiny_clip_dir), suite, rd, tmp_path / "risk.jsonl")
+    assert len(ranked) == 4 * 4 * 3 * 3
+    assert any(r["text"].startswith("a photo of an orange") for r in ranked)  # the suite's own text
+    assert all(0.0 <= r["risk"] <= 1.0 for r in ranked)
