@@ -70,11 +70,19 @@ def eval_judges_cmd(
     n: int = typer.Option(300, help="Triples per category."),
     seed: int = typer.Option(90210),
     write: bool = typer.Option(True, help="Write the accuracy into the judges' card.json."),
+    agreement: bool = typer.Option(False, help="Also run the registered scorers (mini-pixel, mini-judge) on "
+                                               "renders of the mini suite and record agreement with the truth."),
 ) -> None:
     """Accuracy per category (shape, colour, colour/shape binding, relation) on fresh renders."""
-    from .evaluate import eval_judges
+    from .evaluate import _update_card, eval_judges, eval_scorer_on_renders
 
     res = eval_judges(judge if write else None, WEIGHTS / "pixel" / "card.json" if write else None, n, seed)
+    if agreement:
+        for name, card in (("mini-pixel", WEIGHTS / "pixel" / "card.json"), ("mini-judge", judge / "card.json")):
+            ag = eval_scorer_on_renders(name, SUITE, seed)
+            typer.echo(f"{name} scorer agreement with truth on suite renders: {ag['agreement']}")
+            if write:
+                _update_card(card, "scorer_agreement", ag)
     if not write and (judge / "model.safetensors").exists():
         from .evaluate import eval_clip_judge
 
@@ -91,13 +99,15 @@ def eval_generator_cmd(
     steps: Optional[int] = typer.Option(None),
     guidance: Optional[float] = typer.Option(None),
     limit: Optional[int] = typer.Option(None, help="First N prompts only."),
+    every: int = typer.Option(1, help="Every k-th prompt of the suite only."),
     write: bool = typer.Option(True, help="Write the result into the generator's card.json."),
     grid: Optional[Path] = typer.Option(None, help="Also save a PNG grid of samples."),
 ) -> None:
     """Seen vs held-out success of the generator, judged by the pixel judge."""
     from .evaluate import eval_generator
 
-    res = eval_generator(model, suite, samples, steps, guidance, limit=limit, write_card=write, grid=grid)
+    res = eval_generator(model, suite, samples, steps, guidance, limit=limit, write_card=write, grid=grid,
+                         every=every)
     typer.echo(json.dumps(res["success"], indent=1))
 
 

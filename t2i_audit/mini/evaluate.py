@@ -94,7 +94,8 @@ def eval_judges(judge_folder: Path | str | None, pixel_card: Path | str | None =
 
 def eval_generator(folder: Path | str, suite: Path | str, samples: int = 4, steps: int | None = None,
                    guidance: float | None = None, seed: int = 0, batch: int = 64, limit: int | None = None,
-                   write_card: bool = True, grid: Path | str | None = None, threads: int = 1) -> dict:
+                   write_card: bool = True, grid: Path | str | None = None, threads: int = 1,
+                   every: int = 1) -> dict:
     """Generate `samples` images per prompt of `suite` and judge them with the pixel judge:
     prompt success (all questions pass) and per-question-kind accuracy, seen vs held-out."""
     import torch
@@ -106,7 +107,7 @@ def eval_generator(folder: Path | str, suite: Path | str, samples: int = 4, step
 
     torch.set_num_threads(threads)
     steps, guidance = steps or DEFAULT_STEPS, guidance or DEFAULT_GUIDANCE
-    records = expand(load_suite(suite))[:limit]
+    records = expand(load_suite(suite))[::every][:limit]
     pipe = load_pipeline(folder)
     jobs = [(r, k) for r in records for k in range(samples)]
     t0 = time.time()
@@ -129,7 +130,7 @@ def eval_generator(folder: Path | str, suite: Path | str, samples: int = 4, step
             if k == 0 and len(images) < 48:
                 images.append((im, r["split"]))
     result = {
-        "suite": str(suite), "prompts": len(records), "samples_per_prompt": samples,
+        "suite": str(suite), "prompts": len(records), "every": every, "samples_per_prompt": samples,
         "steps": steps, "guidance": guidance, "seed": seed, "seconds": round(time.time() - t0, 1),
         "success": {f"{s}/{t}": round(sum(v) / len(v), 4) for (s, t), v in sorted(stats.items())},
         "n": {f"{s}/{t}": len(v) for (s, t), v in sorted(stats.items())},

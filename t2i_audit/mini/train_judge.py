@@ -85,9 +85,7 @@ def _save(model, folder: Path, cfg: dict, card: dict) -> None:
     sd = {k: v.detach().to("cpu").half().contiguous() for k, v in model.state_dict().items()}
     save_file(sd, str(tmp / "model.safetensors"))
     (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-    old = folder / "card.json"
-    prev = json.loads(old.read_text()) if old.exists() else {}
-    card = {**{k: v for k, v in prev.items() if k == "accuracy"}, **card}
+    # no "accuracy" here: new weights invalidate it; `t2i-audit mini eval-judges` writes it
     (tmp / "card.json").write_text(json.dumps(card, indent=2))
     if folder.exists():
         shutil.rmtree(folder)
