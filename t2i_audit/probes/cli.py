@@ -27,6 +27,15 @@ def _run_model(run: Path) -> str | None:
     return model
 
 
+def _int_list(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise AuditError(f"{option} {text!r}: expected comma-separated integers") from None
+
+
 def probe(
     run: Path = typer.Argument(..., help="Run directory (with prompts.jsonl; scores/ for failure analyses)."),
     model: Optional[str] = typer.Option(None, "--model", help="Model card or folder; default: the run's model."),
@@ -36,6 +45,9 @@ def probe(
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("cpu", "--device"),
     denoiser: bool = typer.Option(False, "--denoiser/--no-denoiser", help="Also hook the UNet/transformer blocks (runs the pipeline)."),
+    timesteps: Optional[str] = typer.Option(None, "--timesteps", help="Denoiser steps to hook, e.g. 0,10,-1 (default: first, middle, last)."),
+    folds: int = typer.Option(5, "--folds", help="Grouped cross-validation folds."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples (and permutations) for CIs and p-values."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
 ) -> None:
     """Linear probes: constituent decodability, failure prediction vs baseline, decodability ↔ success."""
@@ -46,7 +58,8 @@ def probe(
         raise AuditError(f"{run}: the run does not record its model; pass --model")
     res = run_probe_stage(run, model=model, scorer=scorer, layers=layers,
                           poolings=tuple(p.strip() for p in poolings.split(",") if p.strip()),
-                          seed=seed, device=device, denoiser=denoiser, progress=not quiet)
+                          seed=seed, device=device, denoiser=denoiser, progress=not quiet, n_splits=folds,
+                          n_boot=bootstrap, timesteps=_int_list(timesteps, "--timesteps"))
     fp = res.get("failure_prediction", {})
     typer.echo(f"probes written to {Path(run) / 'probes'}")
     if "auroc" in fp:

@@ -216,7 +216,8 @@ def write_summary(rd: RunDir, probes: dict) -> None:
 def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: str = "all",
                     poolings=("eos", "mean", "slot"), seed: int = 0, device: str = "cpu",
                     denoiser: bool = False, progress: bool = True, n_splits: int = 5,
-                    n_boot: int = 1000, batch_size: int = 32) -> dict:
+                    n_boot: int = 1000, batch_size: int = 32,
+                    timesteps: Sequence[int] | None = None) -> dict:
     from .activations import extract_text_activations
 
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
@@ -235,7 +236,7 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
     if denoiser:
         from .denoiser import extract_denoiser_activations
 
-        extract_denoiser_activations(rd, model, device=device, progress=progress)
+        extract_denoiser_activations(rd, model, device=device, timesteps=timesteps, progress=progress)
         encoders.append("denoiser")
     fit_key = _fit_key(rd, metas, encoders, scorer=scorer, seed=seed, n_splits=n_splits, n_boot=n_boot)
     old = _read_summary(rd).get("probes") or {}

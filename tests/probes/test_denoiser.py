@@ -65,7 +65,7 @@ def test_stage_with_denoiser_on_a_card(tmp_path):
     atomic_write_jsonl(rd.prompts, prompts)
     append_jsonl(rd.scores("s"), [{"prompt_id": p["id"], "sample": 0, "kind": "prompt",
                                    "verdict": p["slots"]["o1"] in ("cube", "dog", "cat")} for p in prompts])
-    res = run_probe_stage(rd.root, model="tiny-sd", denoiser=True, layers="last", poolings=("eos",),
+    res = run_probe_stage(rd.root, model="tiny-sd", denoiser=True, layers="last", poolings=("eos",), timesteps=[0, -1],
                           progress=False, n_boot=50, n_splits=3)
     meta = (rd.activations_dir / "denoiser" / "meta.json")
     assert meta.exists()

@@ -145,7 +145,7 @@ def test_cli_probe_and_predict(tiny_clip_dir, tmp_path):
     prompts = make_prompts(80, seed=5)
     rd = _make_run(tmp_path / "run", prompts)
     r = CliRunner().invoke(app, ["probe", str(rd.root), "--model", str(tiny_clip_dir), "--layers", "last",
-                                 "--poolings", "eos", "--quiet"])
+                                 "--poolings", "eos", "--quiet", "--folds", "4", "--bootstrap", "100"])
     assert r.exit_code == 0, r.output
     assert "failure prediction (text_encoder/final/eos)" in r.output and "prompt-only baseline" in r.output
     src = tmp_path / "new.jsonl"
@@ -157,8 +157,11 @@ def test_cli_probe_and_predict(tiny_clip_dir, tmp_path):
     import re
 
     assert len(re.findall(r"\b[12]  \d\.\d{3}  a photo of", r.output)) == 2  # --top 2
+    assert read_jsonl(rd.probes_dir / "failure.jsonl")[0]["n_folds"] == 4
     r = CliRunner().invoke(app, ["probe", str(tmp_path / "nowhere"), "--model", str(tiny_clip_dir)])
     assert r.exit_code != 0
+    r = CliRunner().invoke(app, ["probe", str(rd.root), "--model", str(tiny_clip_dir), "--timesteps", "a,b"])
+    assert r.exit_code != 0 and "--timesteps 'a,b': expected comma-separated integers" in str(r.exception)
 
 
 SUITE = """
