@@ -1,0 +1,84 @@
+"""SIGKILL drills: `t2i-audit run` killed 20 times at random moments over generation and
+scoring, rerun each time; the final run directory equals one made without kills."""
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from t2i_audit.rundir import RunDir, read_jsonl
+
+N_PROMPTS, SCORER = 30, "tiny-clip"
+
+
+def _cmd(repo_root, out):
+    return [sys.executable, "-m", "t2i_audit", "run", "--model", "tiny-sd", "--prompts",
+            str(repo_root / "prompts/spatial.yaml"), "--limit", str(N_PROMPTS), "--steps", "2",
+            "--batch-size", "1", "--device", "cpu", "--stages", "prompts,generate,score",
+            "--scorer", SCORER, "-q", "--out", str(out)]
+
+
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def _kill_after_growth(proc, path: Path, delay: float, timeout=180) -> bool:
+    """SIGKILL ``delay`` s after ``path`` gains a line; False if the run finished first."""
+    start, t0 = _lines(path), time.time()
+    while time.time() - t0 < timeout:
+        if _lines(path) > start:
+            time.sleep(delay)  # a random moment: mid-batch, mid-write, or between batches
+            if proc.poll() is not None:
+                return False
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.005)
+    proc.kill()
+    pytest.fail(f"no progress on {path}")
+
+
+def _score_keys(path):
+    recs = read_jsonl(path)
+    keys = [(r["prompt_id"], r["sample"], r["kind"], r.get("question_id"), r.get("metric")) for r in recs]
+    return keys, {k: (r.get("verdict"), r.get("value")) for k, r in zip(keys, recs)}
+
+
+def test_twenty_kills_lose_nothing(repo_root, tmp_path):
+    rng = random.Random(7)
+    out = tmp_path / "drill"
+    run = RunDir(out)
+    kills = {"generate": 0, "score": 0}
+    while sum(kills.values()) < 20:
+        # 10 kills in generation, then the run is let through to scoring for the rest
+        stage = "score" if kills["generate"] >= 10 or _lines(run.images) >= N_PROMPTS else "generate"
+        watched = run.scores(SCORER) if stage == "score" else run.image_shard(0)
+        proc = subprocess.Popen(_cmd(repo_root, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not _kill_after_growth(proc, watched, rng.uniform(0, 0.05)):
+            break  # the run finished before this kill
+        kills[stage] += 1
+        json.loads((out / "manifest.json").read_text())  # whole files are never torn
+    assert kills["generate"] >= 8 and kills["score"] >= 6 and sum(kills.values()) == 20, kills
+
+    assert subprocess.run(_cmd(repo_root, out), capture_output=True).returncode == 0
+    clean = tmp_path / "clean"
+    assert subprocess.run(_cmd(repo_root, clean), capture_output=True).returncode == 0
+
+    a, b = RunDir(out), RunDir(clean)
+    ia, ib = a.read_images(), b.read_images()
+    assert len(ia) == N_PROMPTS and [(r["prompt_id"], r["sha256"]) for r in ia] == [(r["prompt_id"], r["sha256"]) for r in ib]
+    ka, va = _score_keys(a.scores(SCORER))
+    kb, vb = _score_keys(b.scores(SCORER))
+    assert len(ka) == len(set(ka)), "duplicate score records"
+    assert set(ka) == set(kb) and va == vb
+    for f in list(out.rglob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            json.loads(line)
+    assert not list(out.rglob("*.tmp"))
