@@ -115,6 +115,8 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
     if not images:
         raise AuditError(f"{rd.images}: no images to score (run the generate stage first)")
     for rec in images:
+        if not rec.get("flags") and not (rd.root / rec["path"]).is_file():  # fail before writing anything
+            raise AuditError(f"{rd.root / rec['path']}: image listed in {rd.images} is missing")
         if rec["prompt_id"] not in prompts:
             raise AuditError(f"{rd.images}: image {rec.get('path')} refers to prompt "
                              f"{rec['prompt_id']!r}, which is not in {rd.prompts}")
