@@ -69,14 +69,15 @@ def positive_desc(scene: Scene, rng: random.Random) -> Desc:
     return Desc(((None, o.shape),))
 
 
-def negative_desc(scene: Scene, d: Desc, rng: random.Random) -> Desc:
-    """A hard negative of the same form as `d` (false for `scene`, checked by holds)."""
+def negative_desc(scene: Scene, d: Desc, rng: random.Random, relation_p: float = 0.35) -> Desc:
+    """A hard negative of the same form as `d` (false for `scene`, checked by holds);
+    a description with a relation gets the reversed relation with probability `relation_p`."""
     for _ in range(20):
         objs = list(d.objects)
         choice = rng.random()
-        if d.relation is not None and choice < 0.35:
+        if d.relation is not None and choice < relation_p:
             nd = Desc(tuple(objs), RELATIONS[d.relation][1])
-        elif len(objs) == 2 and choice < 0.6:
+        elif len(objs) == 2 and choice < max(0.6, relation_p + 0.1):
             (c1, s1), (c2, s2) = objs
             nd = Desc(((c2, s1), (c1, s2)) if rng.random() < 0.5 or c1 is None else ((c1, s2), (c2, s1)), d.relation)
             if c1 is None:

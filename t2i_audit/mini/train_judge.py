@@ -53,6 +53,9 @@ class JudgeConfig:
     text_width: int = 64
     text_layers: int = 4
     embed_dim: int = 64
+    init: str | None = None                       # continue from this judge folder's weights
+    kind_weights: tuple = (0.2, 0.3, 0.5)         # single / pair / spatial scenes
+    relation_negatives: float = 0.35              # P(reversed relation | description has one)
 
 
 def register(cfg: dict, name: str = MODEL_NAME) -> None:
@@ -108,6 +111,14 @@ def train_judge(out: Path | str, config: JudgeConfig | None = None, log=print) -
     mcfg = judge_model_cfg(cfg.width, cfg.layers, cfg.text_width, cfg.text_layers, cfg.embed_dim)
     register(mcfg)
     model, _, preprocess = open_clip.create_model_and_transforms(MODEL_NAME, pretrained=None)
+    previous = None
+    if cfg.init:
+        from safetensors.torch import load_file
+
+        model.load_state_dict({k: v.float() for k, v in load_file(str(Path(cfg.init) / "model.safetensors")).items()})
+        previous = json.loads((Path(cfg.init) / "card.json").read_text())
+        previous.pop("accuracy", None)
+        previous.pop("scorer_agreement", None)
     tokenizer = open_clip.get_tokenizer(MODEL_NAME)
     mean = torch.tensor(preprocess.transforms[-1].mean).view(1, 3, 1, 1)
     std = torch.tensor(preprocess.transforms[-1].std).view(1, 3, 1, 1)
@@ -126,15 +137,16 @@ def train_judge(out: Path | str, config: JudgeConfig | None = None, log=print) -
                 "training_data": "fresh renders of every composition (t2i_audit.mini.world.sample_scene), "
                                  "captions + partial phrases + hard negatives, exact-label sigmoid loss",
                 "loss_last100": round(sum(losses[-100:]) / max(1, len(losses[-100:])), 4),
-                "parameters": sum(p.numel() for p in model.parameters())}
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "previous_stage": previous}
 
     model.train()
     while True:
         if (cfg.steps is not None and step >= cfg.steps) or (cfg.minutes is not None and time.time() - t0 >= cfg.minutes * 60):
             break
-        scenes = [sample_scene(rng) for _ in range(cfg.batch)]
+        scenes = [sample_scene(rng, kind_weights=cfg.kind_weights) for _ in range(cfg.batch)]
         pos = [positive_desc(s, rng) for s in scenes]
-        neg = [negative_desc(s, d, rng) for s, d in zip(scenes, pos)]
+        neg = [negative_desc(s, d, rng, cfg.relation_negatives) for s, d in zip(scenes, pos)]
         descs = pos + neg
         texts = [d.text(rng) for d in descs]
         labels = torch.tensor([[1.0 if holds(s, d) else 0.0 for d in descs] for s in scenes])
@@ -177,9 +189,13 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--init", help="continue from this judge folder (a second stage)")
+    p.add_argument("--relation-stage", action="store_true",
+                   help="stage-2 mix: 80%% spatial scenes, reversed-relation negatives 80%%")
     a = p.parse_args(argv)
+    extra = dict(kind_weights=(0.1, 0.1, 0.8), relation_negatives=0.8, lr=3e-4, warmup=20) if a.relation_stage else {}
     cfg = smoke_config(a.seed) if a.smoke else JudgeConfig(seed=a.seed, steps=a.steps, minutes=a.minutes,
-                                                           batch=a.batch, threads=a.threads)
+                                                           batch=a.batch, threads=a.threads, init=a.init, **extra)
     if cfg.steps is None and cfg.minutes is None:
         p.error("give --steps or --minutes (or --smoke)")
     train_judge(a.out, cfg, log=lambda m: print(m, flush=True))
