@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -59,6 +60,8 @@ def run(
             raise AuditError("run needs --model and --prompts (or --config run.yaml)")
         cfg = api.make_config({k: v for k, v in given.items() if v is not None}, where="command line")
     root = api.run_audit(cfg, progress=not quiet)
+    if os.environ.get("RANK", "0") != "0":  # under accelerate/torchrun only the main process reports
+        return
     typer.echo(f"run directory: {root}")
     report = Path(root) / "report" / "index.html"
     if report.exists():
