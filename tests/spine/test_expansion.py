@@ -1,5 +1,6 @@
 """What every expanded prompt carries: ids, spans, questions, twins, splits, sampling."""
 
+import functools
 import glob
 import subprocess
 import sys
@@ -11,6 +12,12 @@ from t2i_audit.prompts import expand, load_suite, sample_records
 from .test_suite_validation import GOOD, write
 
 
+@functools.lru_cache(maxsize=None)
+def expanded(path) -> tuple:
+    """Each shipped suite is expanded once per session (records are not mutated by the tests)."""
+    return tuple(expand(load_suite(path)))
+
+
 @pytest.fixture
 def demo(tmp_path):
     return expand(load_suite(write(tmp_path, GOOD)))
@@ -18,7 +25,7 @@ def demo(tmp_path):
 
 def test_spans_point_at_slot_words(repo_root):
     for path in glob.glob(str(repo_root / "prompts/*.yaml")):
-        for r in expand(load_suite(path))[:200]:
+        for r in expanded(path)[:200]:
             for slot, (a, b) in r["spans"].items():
                 value = r["slots"][slot]
                 word = r["text"][a:b]
@@ -88,7 +95,7 @@ def test_heldout_fraction_keeps_every_concept_seen(tmp_path):
 
 
 def test_sampling_is_balanced_deterministic_and_keeps_twins(repo_root):
-    recs = expand(load_suite(repo_root / "prompts/colors.yaml"))
+    recs = expanded(str(repo_root / "prompts/colors.yaml"))
     two = [r for r in recs if r["template"] == "two_objects"]
     assert len(two) == 1200
     ids = {r["id"] for r in two}
@@ -106,7 +113,7 @@ def test_limit_is_strict(demo):
 
 
 def test_shipped_suites_sizes(repo_root):
-    sizes = {p.split("/")[-1]: len(expand(load_suite(p))) for p in glob.glob(str(repo_root / "prompts/*.yaml"))}
+    sizes = {p.split("/")[-1]: len(expanded(p)) for p in glob.glob(str(repo_root / "prompts/*.yaml"))}
     for name, n in sizes.items():
         if name != "mini.yaml":
             assert 300 <= n <= 2000, (name, n)
