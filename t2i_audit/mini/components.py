@@ -13,8 +13,8 @@ SCHEDULER_KW = dict(
     clip_sample=False,
 )
 # Sampling defaults the model card should use (measured in the generator card).
-DEFAULT_STEPS = 25
-DEFAULT_GUIDANCE = 4.0
+DEFAULT_STEPS = 20
+DEFAULT_GUIDANCE = 7.0
 
 
 def build_unet(size: int = 32, block_out_channels=(32, 64, 64), cross_attention_dim: int = 64,
