@@ -65,6 +65,13 @@ class ClipModel:
         return float(ls.exp().item()) if ls is not None else 100.0
 
     def n_tokens(self, text: str) -> int:
+        """Token count of ``text`` (for truncation flags); memoised: foils repeat texts a lot."""
+        cache = self.__dict__.setdefault("_n_tokens_cache", {})
+        if text not in cache:
+            cache[text] = self._count_tokens(text)
+        return cache[text]
+
+    def _count_tokens(self, text: str) -> int:
         if self.backend == "open_clip":
             enc = getattr(self.tokenizer, "encode", None)
             if enc is not None:

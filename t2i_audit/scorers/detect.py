@@ -166,9 +166,12 @@ class DetectionScorer(QuestionScorer):
         if not crops:
             return []
         img = clip.encode_images(crops)
+        unique = list(dict.fromkeys(t for ts in texts for t in ts))  # one text forward for all crops
+        txt = clip.encode_texts(unique)
+        row = {t: i for i, t in enumerate(unique)}
         out = []
         for i, ts in enumerate(texts):
-            sims = (img[i:i + 1] @ clip.encode_texts(list(ts)).T)[0].tolist()
+            sims = (img[i:i + 1] @ txt[[row[t] for t in ts]].T)[0].tolist()
             out.append(softmax(sims, clip.logit_scale))
         return out
 
