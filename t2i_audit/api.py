@@ -182,7 +182,8 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
                             seed=cfg.seed, device=device, progress=progress)
         if "report" in cfg.stages:
             with _recorded(run, "report"):
-                report_stage(run, progress=progress)
+                # the headline follows the first scorer chosen (a card's first is its most trusted)
+                report_stage(run, progress=progress, scorer=scorers[0] if scorers else None)
     return run.root
 
 

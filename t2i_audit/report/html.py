@@ -61,7 +61,13 @@ def headline(data: RunData) -> dict:
     for c in _records(cats):
         c["templates"] = [t for t in _records(tmpl) if t["category"] == c["category"]]
         rows.append(c)
-    return {"overall": _records(analysis.rate_table(im, None))[0], "categories": rows}
+    splits = []
+    if "split" in im and im["split"].nunique() > 1:  # seen vs held-out compositions, the audit's key contrast
+        by_cat = _records(analysis.rate_table(im, ["category", "split"]))
+        for r in _records(analysis.rate_table(im, "split")):
+            r["categories"] = [c for c in by_cat if c["split"] == r["split"]]
+            splits.append(r)
+    return {"overall": _records(analysis.rate_table(im, None))[0], "categories": rows, "splits": splits}
 
 
 def heatmap(df: pd.DataFrame, row: str, col: str, title: str, note: str = "") -> dict | None:
