@@ -15,15 +15,14 @@ def _run_model(run: Path) -> str | None:
     from ..rundir import RunDir
 
     rd = RunDir(run)
-    m = rd.read_manifest()
-    model = m.get("model") or (m.get("stages", {}).get("generate") or {}).get("model")
-    if not model and rd.config.exists():
+    model = None
+    if rd.config.exists():  # run.yaml keeps the reference as the user gave it (card, hf:…, folder)
         import yaml
 
-        cfg = yaml.safe_load(rd.config.read_text()) or {}
-        model = cfg.get("model")
-        if isinstance(model, dict):
-            model = model.get("name")
+        model = (yaml.safe_load(rd.config.read_text()) or {}).get("model")
+    if not model:
+        m = rd.read_manifest().get("model")
+        model = m.get("name") if isinstance(m, dict) else m
     return model
 
 

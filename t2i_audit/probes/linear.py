@@ -191,4 +191,6 @@ def decodability_success_correlation(prompts: Sequence[dict], decod: np.ndarray,
     out = stats.correlation(d, s, n_boot=n_boot, n_perm=n_perm, seed=seed)
     out["unit"] = unit
     out["n_units"] = len(names)
+    # the per-unit points, so the report can draw the scatter behind the number
+    out["points"] = [{"unit": n, "x": round(float(x), 4), "y": round(float(y), 4)} for n, x, y in zip(names, d, s)]
     return out
