@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import make_prompt, make_prompts
+from probe_data import make_prompt, make_prompts
 
 from t2i_audit.errors import AuditError
 from t2i_audit.probes import activations as A

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import make_prompt, make_prompts
+from probe_data import make_prompt, make_prompts
 
 from t2i_audit.probes.denoiser import denoiser_blocks, pool_output, run_hooked
 from t2i_audit.rundir import RunDir, append_jsonl, atomic_write_jsonl, read_jsonl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_prompts
+from probe_data import make_prompts
 from sklearn.metrics import roc_auc_score
 
 from t2i_audit import stats

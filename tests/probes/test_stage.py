@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import make_prompts
+from probe_data import make_prompts
 
 from t2i_audit.errors import AuditError
 from t2i_audit.probes import predict_failures, run_probe_stage
