@@ -153,14 +153,14 @@ def _write_info(folder: Path, name: str, card: dict, seconds: float) -> None:
 # ---------------------------------------------------------------- tokenizers
 
 
-def _clip_vocab_merges() -> tuple[dict[str, int], list[tuple[str, str]]]:
-    """The CLIP BPE vocabulary truncated to the first CLIP_MERGES merges (ids as in SD's tokenizer)."""
+def clip_vocab_merges(n_merges: int = CLIP_MERGES) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """The CLIP BPE vocabulary truncated to the first ``n_merges`` merges (ids as in SD's tokenizer)."""
     import open_clip
     from open_clip.tokenizer import bytes_to_unicode
 
     bpe = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
     lines = gzip.open(bpe).read().decode("utf-8").split("\n")
-    merges = [tuple(line.split()) for line in lines[1 : 1 + CLIP_MERGES]]
+    merges = [tuple(line.split()) for line in lines[1 : 1 + n_merges]]
     chars = list(bytes_to_unicode().values())
     tokens = chars + [c + "</w>" for c in chars] + ["".join(m) for m in merges]
     tokens += ["<|startoftext|>", "<|endoftext|>"]
@@ -171,7 +171,7 @@ def clip_tokenizer(pad_token: str = "<|endoftext|>"):
     """CLIPTokenizer over the truncated BPE. ``pad_token="!"`` mirrors SDXL/SD3's second tokenizer."""
     from transformers import CLIPTokenizer
 
-    vocab, merges = _clip_vocab_merges()
+    vocab, merges = clip_vocab_merges()
     # transformers 5: vocab=/merges= objects (vocab_file= silently builds an empty tokenizer), and an
     # explicit model_max_length (without it the pipelines overflow).
     return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77, pad_token=pad_token)
@@ -179,7 +179,7 @@ def clip_tokenizer(pad_token: str = "<|endoftext|>"):
 
 def _t5_pieces() -> list[tuple[str, float]]:
     """Unigram pieces for T5: specials, then every ASCII BPE token as word-start and continuation."""
-    vocab, _ = _clip_vocab_merges()
+    vocab, _ = clip_vocab_merges()
     pieces: dict[str, float] = {}
     for rank, token in enumerate(vocab):
         text = token[:-4] if token.endswith("</w>") else token

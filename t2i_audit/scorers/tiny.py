@@ -10,7 +10,6 @@ Their weights are random: the numbers they produce mean nothing.
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
@@ -21,17 +20,11 @@ WORDS = ("a photo of an the is are there exactly to left right above below on to
 
 
 def clip_tokenizer(merges_n: int = 500):
-    import open_clip
-    from open_clip.tokenizer import bytes_to_unicode
     from transformers import CLIPTokenizer
 
-    bpe = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
-    lines = gzip.open(bpe).read().decode("utf-8").split("\n")
-    merges = [tuple(line.split()) for line in lines[1:1 + merges_n]]
-    chars = list(bytes_to_unicode().values())
-    tokens = chars + [c + "</w>" for c in chars] + ["".join(m) for m in merges]
-    tokens += ["<|startoftext|>", "<|endoftext|>"]
-    vocab = {t: i for i, t in enumerate(tokens)}
+    from ..tiny import clip_vocab_merges
+
+    vocab, merges = clip_vocab_merges(merges_n)
     return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77,
                          pad_token="<|endoftext|>")
 
