@@ -3,6 +3,7 @@ scoring, rerun each time; the final run directory equals one made without kills.
 
 import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,13 +57,19 @@ def test_twenty_kills_lose_nothing(repo_root, tmp_path):
     out = tmp_path / "drill"
     run = RunDir(out)
     kills = {"generate": 0, "score": 0}
+    rounds = 0
     while sum(kills.values()) < 20:
         # 10 kills in generation, then the run is let through to scoring for the rest
         stage = "score" if kills["generate"] >= 10 or _lines(run.images) >= N_PROMPTS else "generate"
         watched = run.scores(SCORER) if stage == "score" else run.image_shard(0)
         proc = subprocess.Popen(_cmd(repo_root, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not _kill_after_growth(proc, watched, rng.uniform(0, 0.05)):
-            break  # the run finished before this kill
+            # the run finished before this kill (a fast machine): score again from scratch, so
+            # the remaining kills still land in scoring; the final comparison covers it all
+            rounds += 1
+            assert rounds <= 5, kills
+            shutil.rmtree(out / "scores", ignore_errors=True)
+            continue
         kills[stage] += 1
         json.loads((out / "manifest.json").read_text())  # whole files are never torn
     assert kills["generate"] >= 8 and kills["score"] >= 6 and sum(kills.values()) == 20, kills
