@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
-import json
 import platform
 import sys
 import time
@@ -228,7 +227,3 @@ def report_stage(run: RunDir, **kw) -> Optional[Path]:
 def export_prompts(paths: list[str], out: str | Path, limit: Optional[int] = None, seed: int = 0) -> int:
     return atomic_write_jsonl(Path(out), expand_suites(paths, limit, seed))
 
-
-def read_summary(run_dir: str | Path) -> dict:
-    p = RunDir(run_dir).summary
-    return json.loads(p.read_text()) if p.exists() else {}

@@ -20,7 +20,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from .errors import AuditError
 
@@ -129,10 +129,6 @@ def repair_jsonl(path: Path) -> bool:
         with open(path, "r+b") as f:
             f.truncate(cut)
         return True
-
-
-def iter_jsonl(path: Path) -> Iterator[dict]:
-    yield from read_jsonl(path)
 
 
 class RunLock:
