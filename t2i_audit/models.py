@@ -35,6 +35,9 @@ class ModelCard:
     call: dict = field(default_factory=dict)
     text_encoders_: tuple = ()
     scorers: tuple = ()  # the default scorers for this model's runs (e.g. the mini world's judges)
+    variant: Optional[str] = None  # weights variant to download ("fp16": half the bytes of fp32 files)
+    vae_dtype: Optional[str] = None  # decode in this dtype whatever the run's (PixArt-Σ fp16 VAE → NaN)
+    notes: Optional[str] = None
 
     def pretrained_path(self) -> str:
         """What to hand to ``from_pretrained``: a local folder or an HF repo id."""
@@ -61,7 +64,8 @@ class ModelCard:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "source": self.source, "repo": self.repo, "revision": self.revision,
-                "local": self.local, "pipeline": self.pipeline, "defaults": self.defaults, "call": self.call}
+                "local": self.local, "pipeline": self.pipeline, "defaults": self.defaults, "call": self.call,
+                "variant": self.variant, "vae_dtype": self.vae_dtype}
 
 
 def _model_index(path_or_repo: str, revision: Optional[str]) -> dict:
@@ -121,7 +125,8 @@ def _from_card(name: str, spec: dict, tiny: bool = False) -> ModelCard:
         name=name, repo=spec.get("repo"), revision=spec.get("revision"), local=local, tiny=tiny,
         pipeline=spec.get("pipeline"), defaults={**GENERIC_DEFAULTS, **spec.get("defaults", {})},
         call=dict(spec.get("call", {})), text_encoders_=tuple(spec.get("text_encoders", ())),
-        scorers=tuple(spec.get("scorers", ())))
+        scorers=tuple(spec.get("scorers", ())), variant=spec.get("variant"), vae_dtype=spec.get("vae_dtype"),
+        notes=spec.get("notes"))
 
 
 def resolve_model(ref: str) -> ModelCard:

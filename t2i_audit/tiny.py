@@ -10,7 +10,7 @@ that the default image is 32 px and a 2-step image takes milliseconds on a CPU.
 place) and returns that folder; ``diffusers.DiffusionPipeline.from_pretrained(folder)`` reloads it
 offline into the right class, exactly as it would a downloaded model.
 
-Tokenizers are built offline too: CLIP from open_clip's bundled ``bpe_simple_vocab_16e6.txt.gz``
+Tokenizers are built offline too: CLIP from ``bpe_simple_vocab_16e6.txt.gz`` (vendored, t2i_audit/clip_bpe.py)
 (first ``CLIP_MERGES`` merges: common English words are single tokens); T5 as an in-memory
 Unigram model whose pieces are the ASCII tokens of that same BPE vocabulary.
 """
@@ -83,6 +83,7 @@ TINY_MODELS: dict[str, dict] = {
         # PixArt bins resolutions by transformer.sample_size and only knows 32/64/128/256 (256-2048 px):
         # a tiny transformer must be called without binning, or the pipeline raises "Invalid sample size".
         "call": {"use_resolution_binning": False, "clean_caption": False},
+        "vae_dtype": "float32",  # as the real pixart-sigma card: its pipeline never upcasts the VAE
     },
 }
 
@@ -155,10 +156,8 @@ def _write_info(folder: Path, name: str, card: dict, seconds: float) -> None:
 
 def clip_vocab_merges(n_merges: int = CLIP_MERGES) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """The CLIP BPE vocabulary truncated to the first ``n_merges`` merges (ids as in SD's tokenizer)."""
-    import open_clip
-    from open_clip.tokenizer import bytes_to_unicode
+    from .clip_bpe import BPE_PATH as bpe, bytes_to_unicode  # vendored: no open_clip needed
 
-    bpe = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
     lines = gzip.open(bpe).read().decode("utf-8").split("\n")
     merges = [tuple(line.split()) for line in lines[1 : 1 + n_merges]]
     chars = list(bytes_to_unicode().values())

@@ -1,22 +1,30 @@
 """Denoiser activations during generation: forward hooks on UNet / transformer blocks.
 
 For the prompts of a run (sample 0, with the seed images.jsonl recorded, else the generate
-stage's own seed rule) the pipeline is run again with ``output_type="latent"`` (no VAE
-decode). At the chosen denoising steps every block's output is averaged over space (UNet:
-``B×C×H×W`` → ``B×C``) or tokens (DiT: ``B×N×C`` → ``B×C``). With classifier-free guidance
-the pipeline runs ``[uncond, cond]`` as one batch: both halves are stored and labelled.
+stage's own seed rule) the pipeline is run again **with the settings the run recorded**
+(steps, guidance, size, dtype, batch size, call kwargs — so the replay is the trajectory of the
+scored images; tests/fidelity/ decodes a replay and compares PNG bytes) and
+``output_type="latent"`` (no VAE decode). Every block's *image stream* is averaged over space
+(UNet: ``B×C×H×W`` → ``B×C``) or tokens (DiT: ``B×N×C`` → ``B×C``); where a block returns a
+tuple, the image stream's position comes from families.yaml per block class (SD3 / FLUX joint
+blocks return ``(text, image)``, and the text stream is the larger one at small sizes).
+
+Steps are the pipeline's own loop iterations, counted by its step-end callback (PNDM makes 51
+denoiser calls for 50 steps; the last label is the last iteration), and ``meta.json`` records
+the scheduler's real timestep of each (``timesteps``). With classifier-free guidance batched as
+``[uncond, cond]`` both halves are stored and labelled; pipelines that call the denoiser twice a
+step (true CFG) are labelled per call from families.yaml.
 
 Stored like the text encoders, in ``activations/denoiser/``: arrays
 ``<block>__t<step>-cond.npy`` / ``<block>__t<step>-uncond.npy`` (float16), ``index.jsonl``,
 ``meta.json``. Blocks: ``down0``…, ``mid``, ``up0``… (UNet); ``block00``… (``transformer_blocks``),
-``single00``… (FLUX's ``single_transformer_blocks``). Where a block returns a tuple, its
-largest tensor is taken (UNet down blocks: the hidden states, not the skip list; SD3 / FLUX
-joint blocks: the image stream, not the text stream).
+``single00``… (FLUX's ``single_transformer_blocks``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import shutil
 import sys
@@ -26,7 +34,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
+from ..families import image_stream_index, pipeline_family
+from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from .activations import merge_parts
 
 CHUNK = 64
@@ -50,56 +59,145 @@ def denoiser_blocks(denoiser) -> dict:
     return blocks
 
 
-def pool_output(out):
-    """Mean over space or tokens of a block output (the largest tensor if it is a tuple)."""
+def image_stream(out, block_class: str):
+    """The image-stream tensor of a block's output: the tensor itself, or its tuple position."""
     import torch
 
+    if isinstance(out, torch.Tensor):
+        return out
     if isinstance(out, (tuple, list)):
-        tensors = [t for t in out if isinstance(t, torch.Tensor)]
-        if not tensors:
-            return None
-        out = max(tensors, key=lambda t: t.numel())
-    if not isinstance(out, torch.Tensor):
-        return None
+        idx = image_stream_index(block_class)
+        if idx is None:
+            raise AuditError(f"denoiser block {block_class} returns a tuple and families.yaml "
+                             "(image_stream) does not say which entry is the image stream")
+        return out[idx]
+    return None
+
+
+def pool_output(out, block_class: str = "Tensor"):
+    """Mean over space or tokens of a block's image stream; ``(pooled, n_positions)``."""
+    out = image_stream(out, block_class)
+    if out is None:
+        return None, 0
     out = out.detach().float()
     if out.ndim == 4:
-        return out.mean(dim=(2, 3))
+        return out.mean(dim=(2, 3)), int(out.shape[2] * out.shape[3])
     if out.ndim == 3:
-        return out.mean(dim=1)
-    return out.reshape(out.shape[0], -1)
+        return out.mean(dim=1), int(out.shape[1])
+    return out.reshape(out.shape[0], -1), 1
 
 
 class BlockRecorder:
-    """Hooks that keep pooled block outputs at the chosen denoiser calls (= steps)."""
+    """Hooks that keep every block's pooled image stream per loop iteration and denoiser call.
 
-    def __init__(self, denoiser, steps: Sequence[int]):
-        self.denoiser, self.steps = denoiser, set(steps)
+    The pipeline's step-end callback (``step_end``) advances the iteration, so a step is what the
+    pipeline's loop calls a step, however many denoiser calls it makes.
+    """
+
+    def __init__(self, denoiser):
+        self.denoiser = denoiser
         self.blocks = denoiser_blocks(denoiser)
-        self.call = -1
-        self.store: dict[tuple[str, int], "object"] = {}
+        self.step, self.call_in_step = 0, -1
+        self.store: dict[tuple[str, int, int], np.ndarray] = {}
+        self.positions: dict[str, int] = {}
+        self.timesteps: dict[int, float] = {}
         self.handles = []
 
+    def step_end(self, step: int, timestep) -> None:
+        self.timesteps[int(step)] = float(timestep)
+        self.step, self.call_in_step = int(step) + 1, -1
+
     def __enter__(self):
-        def pre(_module, _args, _kwargs=None):
-            self.call += 1
+        def pre(_module, _args):
+            self.call_in_step += 1
 
         self.handles.append(self.denoiser.register_forward_pre_hook(pre))
         for name, block in self.blocks.items():
-            def hook(_m, _inp, out, name=name):
-                if self.call in self.steps:
-                    pooled = pool_output(out)
-                    if pooled is not None:
-                        self.store[(name, self.call)] = pooled.cpu().numpy()
+            def hook(_m, _inp, out, name=name, cls=type(block).__name__):
+                pooled, n = pool_output(out, cls)
+                if pooled is not None:
+                    self.store[(name, self.step, self.call_in_step)] = pooled.cpu().numpy()
+                    self.positions[name] = n
             self.handles.append(block.register_forward_hook(hook))
         return self
-
-    def reset(self):
-        self.call, self.store = -1, {}
 
     def __exit__(self, *exc):
         for h in self.handles:
             h.remove()
         self.handles = []
+
+
+def _step_callback(pipe, recorder: BlockRecorder) -> tuple[dict, str]:
+    """Call kwargs that make the pipeline report each finished loop iteration to ``recorder``."""
+    params = inspect.signature(pipe.__call__).parameters
+    if "callback_on_step_end" in params:
+        def on_step_end(_pipe, i, t, _kwargs):
+            recorder.step_end(i, t)
+            return {}
+        return {"callback_on_step_end": on_step_end}, "callback_on_step_end"
+    if "callback" in params and "callback_steps" in params:  # older pipelines (PixArt-Σ)
+        return {"callback": lambda i, t, _latents: recorder.step_end(i, t), "callback_steps": 1}, "callback"
+    return {}, "denoiser calls (the pipeline has no step callback)"
+
+
+def _call_labels(pipe, n_calls: int) -> list[str]:
+    """Labels of the denoiser calls within one step (true CFG calls it once per branch)."""
+    if n_calls == 1:
+        return [""]
+    named = (pipeline_family(type(pipe).__name__) or {}).get("calls_per_step") or []
+    return [f"-{named[j]}" if j < len(named) else f"-call{j}" for j in range(n_calls)]
+
+
+def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, guidance: float,
+               size: int, at_steps: Sequence[int] | None = None, call_kwargs: dict | None = None,
+               output_type: str = "latent") -> tuple[dict[str, np.ndarray], dict]:
+    """One pipeline call with block hooks.
+
+    Returns ``({"<block>__t<step>-<half>": (len(texts), dim)}, info)``; ``at_steps`` index the
+    pipeline's loop iterations (negative ok; None = every step). ``info`` has the scheduler's
+    timestep per stored step, the number of loop iterations, image-stream positions per block,
+    and ``images`` when ``output_type`` is not ``"latent"``.
+    """
+    import torch
+
+    denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+    if denoiser is None:
+        raise AuditError(f"{type(pipe).__name__}: no unet or transformer to hook")
+    gens = [torch.Generator("cpu").manual_seed(int(s)) for s in seeds]
+    with BlockRecorder(denoiser) as rec, torch.inference_mode():
+        cb, counted_by = _step_callback(pipe, rec)
+        result = pipe(prompt=list(texts), generator=gens, num_inference_steps=steps, guidance_scale=guidance,
+                      height=size, width=size, output_type=output_type, **(call_kwargs or {}), **cb)
+    if counted_by.startswith("denoiser calls"):  # one call = one step
+        store = {(b, c, 0): v for (b, _s, c), v in rec.store.items()}
+    else:
+        store = rec.store
+    n_steps = 1 + max(s for _b, s, _c in store) if store else 0
+    if rec.timesteps and len(rec.timesteps) != n_steps:
+        raise AuditError(f"{type(pipe).__name__}: {n_steps} steps hooked but {len(rec.timesteps)} reported")
+    want = sorted({range(n_steps)[int(t)] for t in at_steps}) if at_steps is not None else list(range(n_steps))
+    n, out = len(texts), {}
+    for step in want:
+        calls = sorted({c for (_b, s, c) in store if s == step})
+        labels = _call_labels(pipe, len(calls))
+        for (block, s, c), arr in sorted(store.items()):
+            if s != step:
+                continue
+            tag = f"{block}__t{step:03d}"
+            suffix = labels[calls.index(c)]
+            if len(arr) == 2 * n:  # classifier-free guidance batched: [uncond, cond]
+                out[f"{tag}-uncond{suffix}"] = arr[:n]
+                out[f"{tag}-cond{suffix}"] = arr[n:]
+            elif len(arr) == n:  # one branch per call (or no guidance): the call's label
+                out[f"{tag}{suffix or '-cond'}"] = arr
+            else:
+                raise AuditError(f"denoiser block {block}: batch {len(arr)} is neither {n} nor {2 * n}")
+    info = {"n_steps": n_steps, "steps_counted_by": counted_by,
+            "timesteps": {f"t{s:03d}": rec.timesteps.get(s) for s in want},
+            "image_positions": dict(rec.positions)}
+    if output_type != "latent":
+        info["images"] = result.images
+    return out, info
 
 
 def _seeds(rd: RunDir, prompts: list[dict], base_seed: int) -> list[int]:
@@ -109,62 +207,59 @@ def _seeds(rd: RunDir, prompts: list[dict], base_seed: int) -> list[int]:
     return [int(recorded.get(p["id"], image_seed(p["id"], 0, base_seed))) for p in prompts]
 
 
-def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, guidance: float,
-               size: int, at_steps: Sequence[int], call_kwargs: dict | None = None) -> dict[str, np.ndarray]:
-    """One pipeline call; returns ``{"<block>__t<step>-<half>": (len(texts), dim)}``."""
-    import torch
+def run_settings(rd: RunDir, card, device: str) -> dict:
+    """The generation settings the run recorded (manifest, else run.yaml, else the card's defaults)."""
+    import yaml
 
-    denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
-    if denoiser is None:
-        raise AuditError(f"{type(pipe).__name__}: no unet or transformer to hook")
-    gens = [torch.Generator("cpu").manual_seed(int(s)) for s in seeds]
-    with BlockRecorder(denoiser, at_steps) as rec, torch.inference_mode():
-        pipe(prompt=list(texts), generator=gens, num_inference_steps=steps, guidance_scale=guidance,
-             height=size, width=size, output_type="latent", **(call_kwargs or {}))
-        store = dict(rec.store)
-    n, out = len(texts), {}
-    for (block, step), arr in sorted(store.items()):
-        if len(arr) == 2 * n:  # classifier-free guidance: [uncond, cond]
-            out[f"{block}__t{step:03d}-uncond"] = arr[:n]
-            out[f"{block}__t{step:03d}-cond"] = arr[n:]
-        elif len(arr) == n:
-            out[f"{block}__t{step:03d}-cond"] = arr
-        else:
-            raise AuditError(f"denoiser block {block}: batch {len(arr)} is neither {n} nor {2 * n}")
-    return out
+    from ..generate import effective_dtype
+
+    gen = (rd.read_manifest().get("stages") or {}).get("generate") or {}
+    recorded = gen.get("settings")
+    source = "manifest (generate stage)"
+    if not recorded and rd.config.exists():
+        recorded, source = yaml.safe_load(rd.config.read_text()) or {}, "run.yaml"
+    if not recorded:
+        recorded, source = {}, "model card defaults (the run recorded no generation settings)"
+    d = card.defaults
+    pick = lambda k, default: recorded.get(k) if recorded.get(k) is not None else default  # noqa: E731
+    dtype = gen.get("dtype") if gen.get("device", "").split(":")[0] == device.split(":")[0] else None
+    dtype = dtype or effective_dtype(pick("dtype", d.get("dtype", "float32")), device)[0]
+    return {"steps": int(pick("steps", d["steps"])), "guidance": float(pick("guidance", d["guidance"])),
+            "size": int(pick("size", d["size"])), "dtype": dtype, "seed": int(pick("seed", 0)),
+            "batch_size": int(pick("batch_size", 4)), "call": dict(card.call), "source": source,
+            "generated_on": gen.get("device")}
 
 
 def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device: str = "cpu",
-                                 timesteps: Sequence[int] | None = None, batch_size: int = 4,
-                                 base_seed: int = 0, progress: bool = True) -> dict:
-    """Hook the denoiser while regenerating the run's prompts (sample 0); returns meta."""
-    from ..generate import effective_dtype, load_pipeline
+                                 timesteps: Sequence[int] | None = None, batch_size: int | None = None,
+                                 base_seed: int | None = None, progress: bool = True) -> dict:
+    """Hook the denoiser while replaying the run's prompts (sample 0) with its settings; returns meta."""
+    from ..generate import load_pipeline
     from ..models import resolve_model
 
     rd = rd if isinstance(rd, RunDir) else RunDir(rd)
     prompts = rd.read_prompts()
     card = resolve_model(model)
-    steps = int(card.defaults.get("steps", 30))
-    guidance = float(card.defaults.get("guidance", 5.0))
-    size = int(card.defaults.get("size", 512))
-    at = sorted({range(steps)[int(t)] for t in (timesteps if timesteps is not None else (0, steps // 2, -1))})
-    seeds = _seeds(rd, prompts, base_seed)
+    s = run_settings(rd, card, device)
+    batch_size = batch_size or s["batch_size"]  # CPU kernels can depend on the batch: replay it as made
+    at = list(timesteps) if timesteps is not None else [0, "mid", -1]
+    seeds = _seeds(rd, prompts, s["seed"] if base_seed is None else base_seed)
     ids = [p["id"] for p in prompts]
-    key = hashlib.sha1(json.dumps([card.source, card.revision, steps, guidance, size, at, ids, seeds,
-                                   sorted(card.call.items())], default=str).encode()).hexdigest()[:16]
+    key = hashlib.sha1(json.dumps([card.source, card.revision, s, at, ids, seeds, batch_size, 2],
+                                  default=str, sort_keys=True).encode()).hexdigest()[:16]
     enc_dir = rd.activations_dir / "denoiser"
     meta_path = enc_dir / "meta.json"
     if meta_path.exists() and json.loads(meta_path.read_text()).get("key") == key:
         return json.loads(meta_path.read_text())
-    dtype, _ = effective_dtype(card.defaults.get("dtype", "float32"), device)
-    pipe = load_pipeline(card, device, dtype)
+    pipe = load_pipeline(card, device, s["dtype"])
     parts = enc_dir / ".parts" / key
     parts.mkdir(parents=True, exist_ok=True)
     n_chunks = (len(ids) + CHUNK - 1) // CHUNK
     if progress:
-        print(f"[probe] denoiser: {len(ids)} prompts x {steps} steps, hooks at steps {at} "
-              f"({len(denoiser_blocks(pipe.unet if hasattr(pipe, 'unet') else pipe.transformer))} blocks)",
+        print(f"[probe] denoiser: {len(ids)} prompts replayed with {s['steps']} steps, guidance "
+              f"{s['guidance']}, {s['size']} px, {s['dtype']} (from {s['source']}), hooks at {at}",
               file=sys.stderr)
+    info: dict = {}
     for c in range(n_chunks):
         part = parts / f"part_{c:05d}.npz"
         if part.exists():
@@ -173,23 +268,42 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
         acc: dict[str, list] = {}
         for b in range(lo, hi, batch_size):
             e = min(b + batch_size, hi)
-            res = run_hooked(pipe, [p["text"] for p in prompts[b:e]], seeds[b:e], steps=steps,
-                             guidance=guidance, size=size, at_steps=at, call_kwargs=card.call)
+            res, info = run_hooked(pipe, [p["text"] for p in prompts[b:e]], seeds[b:e], steps=s["steps"],
+                                   guidance=s["guidance"], size=s["size"], at_steps=None, call_kwargs=s["call"])
+            want = _resolve_steps(at, info["n_steps"])
             for k, v in res.items():
-                acc.setdefault(k, []).append(v)
+                if int(k.split("__t")[1][:3]) in want:
+                    acc.setdefault(k, []).append(v)
+        if not (parts / "info.json").exists():
+            atomic_write_json(parts / "info.json", {k: v for k, v in info.items() if k != "images"})
         tmp = part.with_name(part.stem + ".tmp.npz")
         np.savez(tmp, **{k: np.concatenate(v).astype(np.float16) for k, v in acc.items()})
         tmp.replace(part)
         if progress:
             print(f"[probe] denoiser: {hi}/{len(ids)}", file=sys.stderr)
+    info = json.loads((parts / "info.json").read_text())
     names, _ = merge_parts(enc_dir, parts, n_chunks, len(ids))
+    hooked = sorted(_resolve_steps(at, info["n_steps"]))
     atomic_write_jsonl(enc_dir / "index.jsonl", ({"row": i, "prompt_id": pid} for i, pid in enumerate(ids)))
     meta = {"key": key, "fingerprint": key, "model": model, "kind": "denoiser", "n": len(ids),
             "layers": list(dict.fromkeys(n.split("__")[0] for n in names)),
             "poolings": list(dict.fromkeys(n.split("__")[1] for n in names)), "arrays": names,
             "dim": max(int(np.load(enc_dir / f"{n}.npy", mmap_mode="r").shape[1]) for n in names),
-            "steps": steps, "guidance": guidance, "size": size, "hooked_steps": at, "truncated": [],
+            "settings": {k: v for k, v in s.items()}, "steps": s["steps"], "guidance": s["guidance"],
+            "size": s["size"], "loop_steps": info["n_steps"], "steps_counted_by": info["steps_counted_by"],
+            "hooked_steps": hooked,
+            "timesteps": {f"t{t:03d}": _timestep_of(info, t) for t in hooked},
+            "image_positions": info["image_positions"], "batch_size": batch_size, "truncated": [],
             "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names)}
     atomic_write_json(meta_path, meta)
     shutil.rmtree(enc_dir / ".parts", ignore_errors=True)
     return meta
+
+
+def _resolve_steps(at: Sequence, n_steps: int) -> set[int]:
+    """Step indices (``"mid"`` = n_steps // 2, negative from the end) over the real loop length."""
+    return {range(n_steps)[n_steps // 2 if t == "mid" else int(t)] for t in at}
+
+
+def _timestep_of(info: dict, step: int):
+    return (info.get("timesteps") or {}).get(f"t{step:03d}")

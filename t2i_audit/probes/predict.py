@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_jsonl, read_jsonl
-from .activations import encode_batch, encoder_fingerprint, load_text_encoder, resolve_text_encoders
+from .activations import encoder_fingerprint, resolve_text_encoders
 
 
 def load_prompts(path) -> list[dict]:
@@ -53,17 +53,22 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     prompts = load_prompts(suite_path)
     if not prompts:
         raise AuditError(f"--prompts {suite_path}: no prompts")
-    tok, mdl = load_text_encoder(info["path"], enc, revision=info["revision"], device=device)
+    from ..models import resolve_model
+    from .pipeline_text import PipelineTextEncoder, load_text_pipeline
+
+    card = resolve_model(model)
+    pipe = load_text_pipeline(info["path"], revision=info["revision"], variant=card.variant, device=device,
+                              dtype="float32" if device == "cpu" else card.defaults.get("dtype", "float32"))
+    encoder = PipelineTextEncoder(pipe, card.call)
     pooling = probe["pooling"]
     key = f"{probe['layer']}__{pooling}"
-    layer_spec = [probe["layer"]]
+    slot = pooling[len("slot-"):] if pooling.startswith("slot-") else None
     rows = []
     for b in range(0, len(prompts), batch_size):
         batch = prompts[b:b + batch_size]
-        slot = pooling[len("slot-"):] if pooling.startswith("slot-") else None
-        res = encode_batch([p["text"] for p in batch], [p.get("spans") or {} for p in batch], tok, mdl,
-                           layers=layer_spec, poolings=("slot",) if slot else (pooling,),
-                           slot_names=[slot] if slot else [])
+        res = encoder.encode([p["text"] for p in batch], [p.get("spans") or {} for p in batch],
+                             layers=[probe["layer"]], poolings=("slot",) if slot else (pooling,),
+                             slot_names=[slot] if slot else [])[probe["encoder"]]
         rows.append(res[key])
     X = np.concatenate(rows).astype(np.float64)
     z = (X - np.asarray(probe["mean"])) / np.asarray(probe["scale"])

@@ -62,10 +62,11 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_clip_dir(tmp_path_factory) -> Path:
-    """A pipeline-like folder with only a tiny CLIP text encoder (tokenizer/, text_encoder/)."""
-    from tiny_encoders import build_tiny_clip
+    """A local diffusers pipeline folder whose only text encoder is a tiny CLIP (the tiny-sd pipeline):
+    text activations come from the pipeline's own encode_prompt, so a bare encoder folder is not enough."""
+    from t2i_audit.tiny import materialize
 
     import torch
 
     torch.set_num_threads(1)
-    return build_tiny_clip(tmp_path_factory.mktemp("tiny-clip"))
+    return materialize("tiny-sd")

@@ -1,4 +1,4 @@
-"""Text-encoder extraction on tiny random encoders (CLIP and T5) built from configs."""
+"""Text-encoder extraction on tiny random encoders (CLIP and T5), in the pipeline's own mode."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ from probe_data import make_prompt, make_prompts
 
 from t2i_audit.errors import AuditError
 from t2i_audit.probes import activations as A
+from t2i_audit.probes import pipeline_text as PT
 
 
 @pytest.fixture(scope="module")
-def encoders(tiny_model_dir):
-    info = A.resolve_text_encoders(str(tiny_model_dir))
-    return {e["name"]: A.load_text_encoder(info["path"], e) for e in info["text_encoders"]}
+def sd3():
+    """tiny-sd3: two CLIP encoders and a T5 run unmasked at max_sequence_length, as SD3 does."""
+    from t2i_audit.tiny import materialize
+
+    return PT.PipelineTextEncoder(PT.load_text_pipeline(str(materialize("tiny-sd3"))))
 
 
 def test_discovery_finds_both_encoders(tiny_model_dir):
@@ -29,128 +32,138 @@ def test_discovery_finds_both_encoders(tiny_model_dir):
         A.resolve_text_encoders("no-such-model-xyz")
 
 
-@pytest.mark.parametrize("name,n_layers,has_final", [("text_encoder", 4, True), ("text_encoder_3", 3, False)])
-def test_shapes_and_layers(encoders, name, n_layers, has_final):
-    tok, model = encoders[name]
+@pytest.mark.parametrize("name,n_hidden,has_final", [("text_encoder", 6, True), ("text_encoder_3", 3, False)])
+def test_shapes_layers_and_conditioning_layer(sd3, name, n_hidden, has_final):
     prompts = [make_prompt("red", "cube", "blue", "sphere"), make_prompt("green", "dog", "purple", "cup")]
-    res = A.encode_batch([p["text"] for p in prompts], [p["spans"] for p in prompts], tok, model,
-                         slot_names=["c1", "o1", "c2", "o2", "zz"])
-    layers = [f"h{i:02d}" for i in range(n_layers)] + (["final"] if has_final else [])
+    res = sd3.encode([p["text"] for p in prompts], [p["spans"] for p in prompts],
+                     slot_names=["c1", "o1", "c2", "o2", "zz"])[name]
+    layers = [f"h{i:02d}" for i in range(n_hidden)] + (["final"] if has_final else []) + (
+        ["pooled"] if name == "text_encoder" else [])
     assert res["_layers"] == layers
-    dim = model.config.hidden_size
-    for layer in layers:
+    # SD3 conditions on CLIP's penultimate hidden state and on T5's output
+    assert res["_info"]["conditioning_layer"] == ("h04" if name == "text_encoder" else "h02")
+    assert res["_info"]["mask_passed"] is False
+    assert res["_info"]["sequence_length"] == (77 if name == "text_encoder" else 256)
+    for layer in (x for x in layers if x != "pooled"):
         for pool in ("eos", "mean", "slot-c1", "slot-o2"):
-            assert res[f"{layer}__{pool}"].shape == (2, dim)
+            assert res[f"{layer}__{pool}"].shape[0] == 2
             assert np.isfinite(res[f"{layer}__{pool}"]).all()
         assert np.isnan(res[f"{layer}__slot-zz"]).all()  # a slot no prompt has
     assert not res["_truncated"].any()
 
 
-@pytest.mark.parametrize("name", ["text_encoder", "text_encoder_3"])
-def test_padding_to_longest_equals_padding_to_77(encoders, name):
-    tok, model = encoders[name]
+def test_batching_does_not_change_a_prompt(sd3):
     prompts = [make_prompt("red", "cube", "blue", "sphere"), make_prompt("green", "dog", "purple", "cup")]
-    texts = [p["text"] for p in prompts] + ["a dog"]
-    spans = [p["spans"] for p in prompts] + [{"o1": [2, 5]}]
-    short = A.encode_batch(texts, spans, tok, model, slot_names=["c1", "o1"])
-    long = A.encode_batch(texts, spans, tok, model, slot_names=["c1", "o1"], pad_to=77)
-    assert set(short) == set(long)
-    for k in short:
-        if not k.startswith("_"):
-            np.testing.assert_allclose(short[k], long[k], atol=1e-5, rtol=1e-4, equal_nan=True)
-    # and batching does not change a prompt's states
-    alone = A.encode_batch(texts[2:], spans[2:], tok, model, slot_names=["c1", "o1"])
-    np.testing.assert_allclose(alone["h01__eos"][0], short["h01__eos"][2], atol=1e-5)
+    texts, spans = [p["text"] for p in prompts], [p["spans"] for p in prompts]
+    both = sd3.encode(texts, spans, slot_names=["c1"])
+    alone = sd3.encode(texts[1:], spans[1:], slot_names=["c1"])
+    for enc in ("text_encoder", "text_encoder_3"):
+        np.testing.assert_allclose(alone[enc]["h01__eos"][0], both[enc]["h01__eos"][1], atol=1e-5)
+        np.testing.assert_allclose(alone[enc]["h01__slot-c1"][0], both[enc]["h01__slot-c1"][1], atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["text_encoder", "text_encoder_3"])
-def test_slot_pooling_picks_the_slot_tokens(encoders, name):
-    tok, model = encoders[name]
+def test_slot_pooling_picks_the_slot_tokens(sd3, name):
     p = make_prompt("red", "cube", "blue", "sphere")
-    res = A.encode_batch([p["text"]], [p["spans"]], tok, model, slot_names=["c1", "o2"])
-    enc = tok([p["text"]], return_tensors="pt")
-    with torch.inference_mode():
-        hs = model(**enc, output_hidden_states=True).hidden_states
-    toks = tok.convert_ids_to_tokens(enc["input_ids"][0])
+    res = sd3.encode([p["text"]], [p["spans"]], slot_names=["c1", "o2"])[name]
+    calls, _ = PT.capture_encoder_calls(sd3.pipe, [p["text"]])
+    call = next(c for c in calls if c.encoder == name)
+    hs = call.output.hidden_states
+    tok = getattr(sd3.pipe, PT.tokenizer_for(name))
+    toks = tok.convert_ids_to_tokens(call.input_ids[0])
     pieces = [t.replace("</w>", "").replace("\u2581", "") for t in toks]
     red = [i for i, t in enumerate(pieces) if t == "red"]
     assert len(red) == 1
     np.testing.assert_allclose(res["h02__slot-c1"][0], hs[2][0, red].mean(0).numpy(), atol=1e-5)
-    # "sphere" may be split into several BPE pieces: the slot is the mean over all of them
-    start = len(tok(p["text"][: p["spans"]["o2"][0]], add_special_tokens=False)["input_ids"])
-    n = len(tok("sphere", add_special_tokens=False)["input_ids"])
-    first = 1 if toks[0] in ("<|startoftext|>",) else 0
-    idx = list(range(first + start, first + start + n))
+    idx = [i for i, (a, b) in enumerate(call.offsets[0]) if b > a and p["spans"]["o2"][0] <= a < p["spans"]["o2"][1]]
     assert "".join(pieces[i] for i in idx) == "sphere"
     np.testing.assert_allclose(res["h01__slot-o2"][0], hs[1][0, idx].mean(0).numpy(), atol=1e-5)
-    # eos = the last real token; mean = masked mean over real tokens
-    np.testing.assert_allclose(res["h01__eos"][0], hs[1][0, -1].numpy(), atol=1e-5)
-    np.testing.assert_allclose(res["h01__mean"][0], hs[1][0].mean(0).numpy(), atol=1e-5)
+    # eos = the last real token; mean = mean over the real tokens only (not the padding)
+    n_real = int(call.real[0].sum())
+    assert n_real < call.input_ids.shape[1]
+    np.testing.assert_allclose(res["h01__eos"][0], hs[1][0, n_real - 1].numpy(), atol=1e-5)
+    np.testing.assert_allclose(res["h01__mean"][0], hs[1][0, :n_real].mean(0).numpy(), atol=1e-5)
 
 
-def test_token_slots_from_offsets():
+def test_token_slots_from_offsets_only_real_tokens():
     offsets = [(0, 0), (0, 1), (2, 5), (5, 7), (8, 11), (0, 0)]
-    assert A.token_slots(offsets, {"o1": [2, 7], "c1": [8, 11], "x": [20, 22]}, ["o1", "c1", "x"]) == {
+    real = [1, 1, 1, 1, 1, 0]
+    assert PT.token_slots(offsets, {"o1": [2, 7], "c1": [8, 11], "x": [20, 22]}, ["o1", "c1", "x"], real) == {
         "o1": [2, 3], "c1": [4]}
+    assert PT.token_slots(offsets, {"c1": [8, 11]}, ["c1"], [1, 1, 1, 1, 0, 0]) == {}
+
+
+def test_spans_map_through_templates_and_cleaning():
+    prompt = "A Red cube left of a blue sphere"
+    spans = {"c1": (2, 5), "o2": (26, 32)}
+    templated = "<|im_start|>user\nDescribe: " + prompt + "<|im_end|>"
+    moved = PT.map_spans(prompt, templated, spans)
+    assert templated[slice(*moved["c1"])] == "Red" and templated[slice(*moved["o2"])] == "sphere"
+    cleaned = "a red cube left of a blue sphere"  # PixArt's clean_caption lower-cases
+    moved = PT.map_spans(prompt, cleaned, spans)
+    assert cleaned[slice(*moved["c1"])] == "red" and cleaned[slice(*moved["o2"])] == "sphere"
+    assert PT.map_spans(prompt, None, spans) == {}
 
 
 def test_select_layers():
-    assert A.select_layers("all", 3, True) == ["h00", "h01", "h02", "final"]
-    assert A.select_layers("last", 3, False) == ["h02"]
-    assert A.select_layers("0,-1,final", 3, True) == ["h00", "h02", "final"]
-    assert A.select_layers("0,final", 3, False) == ["h00", "h02"]  # T5: output = last block
+    names = ["h00", "h01", "h02", "final", "pooled"]
+    assert PT.select_layers("all", names, "h01") == names
+    assert PT.select_layers("last", names, None) == ["final"]
+    assert PT.select_layers("0,-1,final", names, None) == ["h00", "h02", "final"]
+    assert PT.select_layers("0,final", ["h00", "h01", "h02"], None) == ["h00", "h02"]  # T5: output = last block
+    assert PT.select_layers("conditioning,pooled", names, "h01") == ["h01", "pooled"]
+    assert PT.select_layers("conditioning", names, None) == []
     with pytest.raises(AuditError, match="--layers: '9' is not a layer"):
-        A.select_layers("9", 3, True)
+        PT.select_layers("9", names, None)
 
 
-def test_truncation_is_recorded(encoders):
-    tok, model = encoders["text_encoder"]
+def test_truncation_is_recorded(sd3):
     long = "a photo of " + " and ".join(["a red cube"] * 40)
-    res = A.encode_batch([long, "a dog"], [{}, {}], tok, model, poolings=("eos",))
-    assert res["_truncated"].tolist() == [True, False]
+    res = sd3.encode([long, "a dog"], [{}, {}], poolings=("eos",))
+    assert res["text_encoder"]["_truncated"].tolist() == [True, False]  # CLIP: 77 tokens
+    assert res["text_encoder_3"]["_truncated"].tolist() == [False, False]  # T5: 256
 
 
-def test_extract_to_dir_stores_float16_resumes_and_is_idempotent(encoders, tmp_path, capsys, monkeypatch):
-    tok, model = encoders["text_encoder"]
+def test_extraction_stores_float16_resumes_and_is_idempotent(tmp_path, capsys, monkeypatch):
     prompts = make_prompts(300, seed=0)
     monkeypatch.setattr(A, "CHUNK", 128)
-    enc_dir = tmp_path / "text_encoder"
+    out = tmp_path / "activations"
     calls, die = [], [True]
-    real = A.encode_batch
+    real = PT.PipelineTextEncoder.encode
 
-    def counting(*a, **k):
-        calls.append(len(a[0]))
+    def counting(self, texts, *a, **k):
+        calls.append(len(texts))
         if die[0] and len(calls) == 6:  # die in the middle of the second chunk
             die[0] = False
             raise RuntimeError("killed")
-        return real(*a, **k)
+        return real(self, texts, *a, **k)
 
-    monkeypatch.setattr(A, "encode_batch", counting)
+    monkeypatch.setattr(PT.PipelineTextEncoder, "encode", counting)
+    kw = dict(batch_size=32, layers="0,final,conditioning", progress=True)
     with pytest.raises(RuntimeError, match="killed"):
-        A.extract_to_dir(prompts, enc_dir, tok, model, fingerprint="fp", batch_size=32, layers="0,final")
-    assert "about" in capsys.readouterr().err and not (enc_dir / "meta.json").exists()
-    assert len(list((enc_dir / ".parts").rglob("part_*.npz"))) == 1
+        A.extract_text_activations(prompts, out, "tiny-sd", **kw)
+    assert "encode_prompt" in capsys.readouterr().err and not (out / "text_encoder" / "meta.json").exists()
+    assert len(list((out / "text_encoder" / ".parts").rglob("part_*.npz"))) == 1
     calls.clear()
-    meta = A.extract_to_dir(prompts, enc_dir, tok, model, fingerprint="fp", batch_size=32, layers="0,final")
+    meta = A.extract_text_activations(prompts, out, "tiny-sd", **kw)["text_encoder"]
     assert sum(calls) == 300 - 128  # the finished chunk was not redone
     assert meta["layers"] == ["h00", "final"] and meta["n"] == 300
+    assert meta["conditioning_layer"] == "final" and meta["pipeline"] == "StableDiffusionPipeline"
     assert meta["poolings"] == ["eos", "mean", "slot-c1", "slot-c2", "slot-o1", "slot-o2"]
+    enc_dir = out / "text_encoder"
     arr = np.load(enc_dir / "final__slot-o1.npy")
     assert arr.dtype == np.float16 and arr.shape == (300, 32)
-    ref = real([prompts[200]["text"]], [prompts[200]["spans"]], tok, model, layers="final",
-               slot_names=["o1"])["final__slot-o1"][0]
-    np.testing.assert_allclose(arr[200].astype(np.float32), ref, rtol=2e-3, atol=2e-3)
     _, ids = A.load_activations(enc_dir)
     assert ids == [p["id"] for p in prompts]
     assert not (enc_dir / ".parts").exists()
     calls.clear()
-    again = A.extract_to_dir(prompts, enc_dir, tok, model, fingerprint="fp", batch_size=32, layers="0,final")
+    again = A.extract_text_activations(prompts, out, "tiny-sd", **kw)["text_encoder"]
     assert calls == [] and again == json.loads((enc_dir / "meta.json").read_text())
     with pytest.raises(AuditError, match="--poolings: unknown"):
-        A.extract_to_dir(prompts, enc_dir, tok, model, fingerprint="fp", poolings=("max",))
+        A.extract_text_activations(prompts, out, "tiny-sd", poolings=("max",))
 
 
-def test_slot_spans_of_expanded_suite_records_hit_their_words(encoders, tmp_path):
+def test_slot_spans_of_expanded_suite_records_hit_their_words(sd3, tmp_path):
     """Records from the real suite expansion: every slot's tokens spell the slot's value."""
     from t2i_audit.prompts import expand, load_suite
 
@@ -172,15 +185,12 @@ templates:
 """)
     records = expand(load_suite(suite))
     assert records
-    for name in ("text_encoder", "text_encoder_3"):
-        tok, _ = encoders[name]
-        for r in records:
-            enc = tok(r["text"], return_offsets_mapping=True)
-            slots = A.token_slots(enc["offset_mapping"], r["spans"], list(r["slots"]))
+    calls, _ = PT.capture_encoder_calls(sd3.pipe, [r["text"] for r in records])
+    for call in calls:
+        for b, r in enumerate(records):
+            off = call.offsets[b]
+            slots = PT.token_slots(off, r["spans"], list(r["slots"]), call.real[b])
             assert set(slots) == set(r["slots"])
-            off = enc["offset_mapping"]
             for slot, idx in slots.items():
                 assert idx == list(range(idx[0], idx[-1] + 1))  # contiguous tokens
                 assert r["text"][off[idx[0]][0]:off[idx[-1]][1]].strip() == r["slots"][slot]
-                outside = [i for i in range(len(off)) if i not in idx and off[i][1] > off[i][0]]
-                assert not any(r["spans"][slot][0] <= off[i][0] < r["spans"][slot][1] for i in outside)

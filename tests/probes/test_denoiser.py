@@ -8,6 +8,7 @@ import torch
 from probe_data import make_prompt, make_prompts
 
 from t2i_audit.probes.denoiser import denoiser_blocks, pool_output, run_hooked
+from t2i_audit.errors import AuditError
 from t2i_audit.rundir import RunDir, append_jsonl, atomic_write_jsonl, read_jsonl
 
 
@@ -20,13 +21,16 @@ def pipe():
     return load_pipeline(resolve_model("tiny-sd"), "cpu", "float32")
 
 
-def test_pool_output_shapes():
+def test_pool_output_takes_the_image_stream_by_block_class():
     x4 = torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4)
-    assert torch.equal(pool_output(x4), x4.mean(dim=(2, 3)))
-    x3 = torch.randn(2, 5, 7)
-    assert torch.equal(pool_output((torch.randn(2, 2, 7), x3)), x3.mean(1))  # the larger stream
-    assert torch.equal(pool_output((x4, (torch.randn(2, 3, 4, 4),))), x4.mean(dim=(2, 3)))
-    assert pool_output(("not a tensor",)) is None
+    assert torch.equal(pool_output(x4)[0], x4.mean(dim=(2, 3)))
+    assert pool_output(x4)[1] == 16
+    text, img = torch.randn(2, 9, 7), torch.randn(2, 4, 7)  # the text stream is the larger one here
+    pooled, n = pool_output((text, img), "FluxTransformerBlock")
+    assert torch.equal(pooled, img.mean(1)) and n == 4
+    assert torch.equal(pool_output((x4, (torch.randn(2, 3, 4, 4),)), "DownBlock2D")[0], x4.mean(dim=(2, 3)))
+    with pytest.raises(AuditError, match="UnknownBlock returns a tuple"):
+        pool_output((text, img), "UnknownBlock")
 
 
 def test_blocks_of_the_unet(pipe):
@@ -36,7 +40,7 @@ def test_blocks_of_the_unet(pipe):
 def test_cfg_halves_are_labelled(pipe):
     """Same seed, two prompts: at step 0 the unconditional halves are identical, the conditional differ."""
     texts = [make_prompt("red", "cube", "blue", "sphere")["text"], make_prompt("green", "dog", "purple", "cup")["text"]]
-    out = run_hooked(pipe, texts, [7, 7], steps=2, guidance=5.0, size=32, at_steps=[0, 1])
+    out, _ = run_hooked(pipe, texts, [7, 7], steps=2, guidance=5.0, size=32, at_steps=[0, 1])
     assert set(out) == {f"{b}__t{s:03d}-{h}" for b in ["down0", "down1", "mid", "up0", "up1"]
                         for s in (0, 1) for h in ("cond", "uncond")}
     for b in ["down0", "down1", "mid", "up0", "up1"]:
@@ -48,12 +52,12 @@ def test_cfg_halves_are_labelled(pipe):
         else:
             assert not np.allclose(c[0], c[1], atol=1e-4)
     # a batch gives what one prompt alone gives (one CPU generator per image)
-    alone = run_hooked(pipe, texts[1:], [7], steps=2, guidance=5.0, size=32, at_steps=[1])
+    alone, _ = run_hooked(pipe, texts[1:], [7], steps=2, guidance=5.0, size=32, at_steps=[1])
     np.testing.assert_allclose(alone["mid__t001-cond"][0], out["mid__t001-cond"][1], atol=1e-5)
 
 
 def test_without_guidance_only_cond(pipe):
-    out = run_hooked(pipe, ["a red cube"], [1], steps=2, guidance=1.0, size=32, at_steps=[1])
+    out, _ = run_hooked(pipe, ["a red cube"], [1], steps=2, guidance=1.0, size=32, at_steps=[1])
     assert out and all(k.endswith("t001-cond") for k in out)
 
 

@@ -1,0 +1,365 @@
+"""Text-encoder states exactly as the pipeline computes them: its own ``encode_prompt``, intercepted.
+
+A pipeline is loaded with its tokenizers and text encoders only (every other component
+``None``), and its own ``encode_prompt`` runs on a batch of prompts. Two interceptions record
+what it does, so the template, caption cleaning, max length, padding and whether a mask is
+passed are the pipeline's *by construction*, not our re-implementation of them:
+
+* each tokenizer is wrapped in a recording proxy: the exact text it saw (after a chat template
+  or ``clean_caption``), its ids and its attention mask (which tokens are real, even where the
+  pipeline then runs the encoder without a mask, as SD3/FLUX do with T5);
+* each text encoder gets a forward pre-hook that asks for ``output_hidden_states`` (harmless to
+  the pipeline: it indexes ``[0]`` or ``.hidden_states``) and a forward hook that keeps the output.
+
+Which stored layer the denoiser is conditioned on comes from families.yaml, per pipeline class;
+tests/fidelity/ checks it against ``encode_prompt``'s own return values.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..errors import AuditError
+from ..families import conditioning_layer, pipeline_family
+
+# encode_prompt parameters that we set ourselves (the prompt, devices, no CFG, no precomputed embeds)
+_OURS = {"device", "num_images_per_prompt", "do_classifier_free_guidance", "lora_scale", "self"}
+
+
+@dataclass
+class EncoderCall:
+    """One text-encoder forward inside ``encode_prompt``."""
+
+    encoder: str
+    seen_texts: list            # what the tokenizer was given (template / cleaning applied)
+    input_ids: "object"         # (B, L) on CPU
+    real: "object"              # (B, L) bool: the tokenizer's attention mask
+    mask_passed: bool           # did the pipeline hand the encoder an attention mask?
+    output: "object" = None     # the encoder's ModelOutput (hidden_states requested)
+    offsets: Optional[list] = None
+    untruncated_lengths: Optional[list] = None
+    notes: list = field(default_factory=list)
+
+
+class _RecordingTokenizer:
+    """Proxy that records every ``__call__`` (text, kwargs, output); everything else passes through."""
+
+    def __init__(self, tokenizer):
+        object.__setattr__(self, "_tok", tokenizer)
+        object.__setattr__(self, "calls", [])
+
+    def __call__(self, text=None, *args, **kwargs):
+        out = self._tok(text, *args, **kwargs)
+        self.calls.append((text, args, kwargs, out))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+    def __len__(self):
+        return len(self._tok)
+
+
+def text_components(pipe) -> list[str]:
+    """Names of the pipeline's loaded text encoders (``text_encoder``, ``text_encoder_2`` …)."""
+    return sorted(k for k, v in pipe.components.items() if k.startswith("text_encoder") and v is not None)
+
+
+def tokenizer_for(encoder: str) -> str:
+    return "tokenizer" + encoder[len("text_encoder"):]
+
+
+def encode_kwargs(pipe, call: dict | None) -> dict:
+    """The ``encode_prompt`` arguments a generation call would use: the run's call kwargs, else the
+    defaults of ``__call__`` (PixArt: ``clean_caption`` is True in ``__call__`` but False in
+    ``encode_prompt``; ``max_sequence_length`` is 256 or 512 depending on the call)."""
+    call = dict(call or {})
+    enc = inspect.signature(pipe.encode_prompt).parameters
+    gen = inspect.signature(pipe.__call__).parameters
+    out = {}
+    for name, p in enc.items():
+        if name in _OURS or "prompt" in name or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        if name in call:
+            out[name] = call[name]
+        elif name in gen and gen[name].default is not inspect.Parameter.empty:
+            out[name] = gen[name].default
+    return out
+
+
+def load_text_pipeline(path: str, *, revision: str | None = None, variant: str | None = None,
+                       device: str = "cpu", dtype: str = "float32"):
+    """The pipeline with only its tokenizers and text encoders loaded (UNet/transformer/VAE = None)."""
+    import torch
+    from diffusers import DiffusionPipeline
+
+    index = _model_index(path, revision)
+    skip = {k: None for k, v in index.items()
+            if not k.startswith("_") and isinstance(v, list)
+            and not k.startswith(("text_encoder", "tokenizer", "scheduler"))}
+    kw = {"revision": revision, "dtype": getattr(torch, dtype), **skip}
+    if variant:
+        kw["variant"] = variant
+    try:
+        pipe = DiffusionPipeline.from_pretrained(path, **kw)
+    except (OSError, ValueError) as e:
+        raise AuditError(f"{path}: cannot load the pipeline's text encoders: {e}") from None
+    for name in text_components(pipe):
+        getattr(pipe, name).to(device).eval()
+    return pipe
+
+
+def _model_index(path: str, revision: str | None) -> dict:
+    p = Path(path)
+    if p.is_dir():
+        return json.loads((p / "model_index.json").read_text())
+    from huggingface_hub import hf_hub_download
+
+    return json.loads(Path(hf_hub_download(path, "model_index.json", revision=revision)).read_text())
+
+
+def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, *,
+                          offsets: bool = True) -> tuple[list[EncoderCall], tuple]:
+    """Run ``pipe.encode_prompt(texts)`` as a generation call would; return every encoder call
+    (first call per encoder: the positive prompt) and what ``encode_prompt`` returned."""
+    import torch
+
+    encoders = text_components(pipe)
+    if not encoders:
+        raise AuditError(f"{type(pipe).__name__}: no text encoders loaded")
+    proxies, handles, pending, calls = {}, [], {}, {}
+    for enc in encoders:
+        tname = tokenizer_for(enc)
+        tok = getattr(pipe, tname, None)
+        if tok is not None:
+            proxies[tname] = _RecordingTokenizer(tok)
+            object.__setattr__(pipe, tname, proxies[tname])  # bypass DiffusionPipeline's config update
+
+        def pre(_m, args, kwargs, enc=enc):
+            kwargs = dict(kwargs)
+            kwargs["output_hidden_states"] = True
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            pending[enc] = (ids, kwargs.get("attention_mask") is not None)
+            return args, kwargs
+
+        def post(_m, _args, _kwargs, output, enc=enc):
+            if enc not in calls:  # the first call encodes the prompt (negatives come later, if at all)
+                ids, mask_passed = pending[enc]
+                calls[enc] = (ids.detach().cpu(), mask_passed, output)
+
+        module = getattr(pipe, enc)
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post, with_kwargs=True))
+    kwargs = encode_kwargs(pipe, call)
+    params = inspect.signature(pipe.encode_prompt).parameters
+    ours = {"device": pipe._execution_device, "num_images_per_prompt": 1, "do_classifier_free_guidance": False}
+    kwargs.update({k: v for k, v in ours.items() if k in params})
+    # SD3 requires prompt_2 / prompt_3 without defaults; None = "use prompt", as in __call__
+    kwargs.update({k: None for k, p in params.items()
+                   if k.startswith("prompt_") and k[7:].isdigit() and p.default is inspect.Parameter.empty})
+    try:
+        with torch.inference_mode():
+            returned = pipe.encode_prompt(prompt=list(texts), **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+        for tname, proxy in proxies.items():
+            object.__setattr__(pipe, tname, proxy._tok)
+    out = []
+    for enc in encoders:
+        if enc not in calls:
+            continue  # e.g. a pipeline that skips an encoder for this call
+        ids, mask_passed, output = calls[enc]
+        proxy = proxies.get(tokenizer_for(enc))
+        out.append(_describe(enc, ids, mask_passed, output, proxy, offsets=offsets))
+    return out, returned
+
+
+def _describe(enc: str, ids, mask_passed: bool, output, proxy, *, offsets: bool) -> EncoderCall:
+    """Find the tokenizer call that produced ``ids``: its text, real-token mask and offsets."""
+    import torch
+
+    match = None
+    for text, args, kw, res in reversed(proxy.calls if proxy is not None else []):
+        got = res["input_ids"]
+        got = got if isinstance(got, torch.Tensor) else torch.tensor(got)
+        if got.shape == ids.shape and torch.equal(got.cpu(), ids):
+            match = (text, args, kw, res)
+            break
+    if match is None:
+        real = ids.new_ones(ids.shape, dtype=torch.bool)
+        return EncoderCall(enc, [None] * len(ids), ids, real, mask_passed, output,
+                           notes=["no tokenizer call produced these ids: spans unavailable, all tokens real"])
+    text, args, kw, res = match
+    texts = [text] if isinstance(text, str) else list(text)
+    mask = res.get("attention_mask")
+    real = (torch.as_tensor(mask).bool() if mask is not None else ids.new_ones(ids.shape, dtype=torch.bool)).cpu()
+    call = EncoderCall(enc, texts, ids, real, mask_passed, output)
+    tok = proxy._tok
+    if offsets:
+        try:
+            again = tok(text, *args, **{**kw, "return_offsets_mapping": True})
+            call.offsets = [[tuple(o) for o in row] for row in torch.as_tensor(again["offset_mapping"]).tolist()]
+        except (NotImplementedError, TypeError, ValueError, KeyError):
+            call.notes.append("tokenizer gives no offsets: slot spans unavailable")
+    full = tok(texts, add_special_tokens=kw.get("add_special_tokens", True), truncation=False)["input_ids"]
+    call.untruncated_lengths = [len(x) for x in full]
+    return call
+
+
+def map_spans(prompt: str, seen: Optional[str], spans: dict) -> dict:
+    """Character spans of ``prompt`` moved into the text the tokenizer saw (a template around it,
+    lower-casing, cleaning); a span whose characters cannot be found is dropped."""
+    if seen is None:
+        return {}
+    if seen == prompt:
+        return dict(spans)
+    start = seen.find(prompt)
+    if start >= 0:
+        return {k: (s + start, e + start) for k, (s, e) in spans.items()}
+    sm = difflib.SequenceMatcher(None, prompt.lower(), seen.lower(), autojunk=False)
+    where = {}
+    for a, b, size in sm.get_matching_blocks():
+        for k in range(size):
+            where[a + k] = b + k
+    out = {}
+    for name, (s, e) in spans.items():
+        hit = [where[i] for i in range(s, e) if i in where]
+        if hit and len(hit) >= (e - s) / 2:
+            out[name] = (min(hit), max(hit) + 1)
+    return out
+
+
+def token_slots(offsets, spans: dict, slot_names: Sequence[str], real) -> dict[str, list[int]]:
+    """Real token positions whose character offsets overlap each slot's ``[start, end)`` span."""
+    out = {}
+    for name in slot_names:
+        span = spans.get(name)
+        if not span:
+            continue
+        s, e = span
+        idx = [i for i, (a, b) in enumerate(offsets) if b > a and a < e and b > s and bool(real[i])]
+        if idx:
+            out[name] = idx
+    return out
+
+
+def layer_tensors(call: EncoderCall) -> dict[str, "object"]:
+    """Stored layer name → tensor: ``h00``… (hidden_states), ``final`` (last_hidden_state where it
+    differs from the last hidden state: CLIP's final norm), ``pooled`` (text_embeds / pooler_output)."""
+    import torch
+
+    out_ = call.output
+    hidden = list(out_.hidden_states)
+    layers = {f"h{i:02d}": h for i, h in enumerate(hidden)}
+    last = out_.last_hidden_state if hasattr(out_, "last_hidden_state") else out_[0]
+    if last is not None and not torch.equal(last, hidden[-1]):
+        layers["final"] = last
+    pooled = getattr(out_, "text_embeds", None)
+    if pooled is None:
+        pooled = getattr(out_, "pooler_output", None)
+    if pooled is not None:
+        layers["pooled"] = pooled
+    return layers
+
+
+def select_layers(spec, names: Sequence[str], conditioning: Optional[str]) -> list[str]:
+    """``all``, ``last``, ``conditioning`` or a comma list of indices (negative ok), names, ``final``."""
+    hidden = [n for n in names if n.startswith("h")]
+    if spec in ("all", None):
+        return list(names)
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out = []
+    for item in (str(i).strip() for i in items):
+        if item == "last":
+            out.append("final" if "final" in names else hidden[-1])
+        elif item == "conditioning":
+            if conditioning is None:
+                continue  # this encoder conditions nothing as one stored layer (meta says why)
+            out.append(conditioning)
+        elif item in names:
+            out.append(item)
+        elif item == "final":  # no separate final norm: the encoder's output is its last block
+            out.append(hidden[-1])
+        else:
+            try:
+                out.append(hidden[int(item)])
+            except (ValueError, IndexError):
+                raise AuditError(f"--layers: {item!r} is not a layer (have {hidden[0]}…{hidden[-1]}, "
+                                 f"indices 0..{len(hidden) - 1}, negative ok, 'final', 'pooled', "
+                                 "'last' or 'conditioning')") from None
+    return list(dict.fromkeys(out))
+
+
+class PipelineTextEncoder:
+    """Pooled text-encoder states of a pipeline, in its own mode; one ``encode_prompt`` per batch."""
+
+    def __init__(self, pipe, call: dict | None = None):
+        self.pipe, self.call = pipe, dict(call or {})
+        self.pipeline_class = type(pipe).__name__
+        self.encoders = text_components(pipe)
+        self.mode = encode_kwargs(pipe, self.call)
+
+    def describe(self, enc: str, call: EncoderCall) -> dict:
+        """What meta.json records about how this encoder was run."""
+        layers = layer_tensors(call)
+        n_hidden = sum(1 for n in layers if n.startswith("h"))
+        cond, how = conditioning_layer(self.pipeline_class, enc, n_hidden, "final" in layers, self.call)
+        fam = pipeline_family(self.pipeline_class) or {}
+        return {"pipeline": self.pipeline_class, "encode_kwargs": self.mode,
+                "sequence_length": int(call.input_ids.shape[1]), "mask_passed": call.mask_passed,
+                "conditioning_layer": cond, "conditioning": how,
+                "pooled_used": enc in (fam.get("pooled") or []),
+                "eos": "the last real token (the tokenizer's attention mask)",
+                "notes": call.notes}
+
+    def encode(self, texts: Sequence[str], spans: Sequence[dict], *, layers="all",
+               poolings: Sequence[str] = ("eos", "mean", "slot"), slot_names: Sequence[str] = ()) -> dict:
+        """``{encoder: {"<layer>__<pooling>": (B, D) float32, "_truncated": bool (B,), "_info": dict}}``."""
+        calls, _ = capture_encoder_calls(self.pipe, texts, self.call, offsets="slot" in poolings)
+        return {c.encoder: self._pool(c, texts, spans, layers, poolings, slot_names) for c in calls}
+
+    def _pool(self, call: EncoderCall, texts, spans, layers, poolings, slot_names) -> dict:
+        import torch
+
+        tensors = layer_tensors(call)
+        info = self.describe(call.encoder, call)
+        names = select_layers(layers, list(tensors), info["conditioning_layer"])
+        real = call.real.to(next(iter(tensors.values())).device)
+        m = real.float()
+        last = real.shape[1] - 1 - torch.flip(real.long(), dims=[1]).argmax(dim=1)
+        rows = torch.arange(len(texts), device=real.device)
+        n_real = real.sum(1).tolist()
+        truncated = np.array([u > r for u, r in zip(call.untruncated_lengths or n_real, n_real)])
+        slots = []
+        if "slot" in poolings and call.offsets is not None:
+            for b, (text, sp) in enumerate(zip(texts, spans)):
+                moved = map_spans(text, call.seen_texts[b], sp or {})
+                slots.append(token_slots(call.offsets[b], moved, slot_names, call.real[b]))
+        seen = call.seen_texts[0] if call.seen_texts else None
+        if seen is not None and seen != texts[0]:  # a chat template or caption cleaning: record it
+            info["seen_text_example"] = {"prompt": texts[0], "tokenizer_saw": seen}
+        result: dict = {"_truncated": truncated, "_info": info, "_layers": names}
+        for name in names:
+            h = tensors[name].float()
+            if name == "pooled":
+                result["pooled__prompt"] = h.cpu().numpy()
+                continue
+            if "eos" in poolings:
+                result[f"{name}__eos"] = h[rows, last].cpu().numpy()
+            if "mean" in poolings:
+                result[f"{name}__mean"] = ((h * m[..., None]).sum(1) / m.sum(1, keepdim=True)).cpu().numpy()
+            for slot in slot_names if "slot" in poolings else ():
+                arr = np.full((len(texts), h.shape[-1]), np.nan, dtype=np.float32)
+                for b, ts in enumerate(slots):
+                    if slot in ts:
+                        arr[b] = h[b, ts[slot]].mean(0).cpu().numpy()
+                result[f"{name}__slot-{slot}"] = arr
+        return result
