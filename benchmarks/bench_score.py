@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from _common import alternate, summary, write
+from bench_vlm import bare_vlm
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY_POINTS = ("similarities", "yes_no", "detect", "classify_crops")
@@ -206,7 +207,7 @@ def classify_crops_batched(s, crops, texts):
 
 
 BARE = {"ClipScorer": bare_clip, "BlipVqaScorer": bare_blip, "VlmYesScorer": bare_llava,
-        "DetectionScorer": bare_detect}
+        "DetectionScorer": bare_detect, "VlmJudge": bare_vlm}
 
 
 # --- where the harness time goes ------------------------------------------------------------------
@@ -234,7 +235,7 @@ def profile_breakdown(run_once) -> dict:
 
     out = {k: round(sum(cum(f, fn) for f, fn in v), 4) for k, v in CATEGORIES.items()}
     # QuestionScorer.score minus the model calls = building queries, verdict logic, records
-    score = cum("scorers/clip.py", "score") or cum("scorers/base.py", "score")
+    score = cum("scorers/clip.py", "score") or cum("scorers/base.py", "score") or cum("scorers/vlm.py", "score")
     out["queries_verdicts_records"] = round(score - out["model_calls"], 4)
     out["n_tokens_truncation_checks"] = round(cum("scorers/clip.py", "_trunc") + cum("scorers/detect.py", "query_truncated"), 4)
     out["other"] = round(total - sum(v for k, v in out.items() if k != "n_tokens_truncation_checks"), 4)

@@ -84,7 +84,15 @@ def make_config(data: dict, where: str = "run config") -> RunConfig:
 
 
 def expand_suites(paths: list[str], limit: Optional[int] = None, seed: int = 0) -> list[dict]:
-    records = expand_files(paths)
+    # a .jsonl holds ready PromptRecords (`prompts import` / `prompts export`): used as they are
+    suites = [p for p in paths if not str(p).endswith(".jsonl")]
+    records = expand_files(suites) if suites else []
+    if len(suites) < len(paths):
+        from .importers import read_prompt_records
+
+        for p in paths:
+            if str(p).endswith(".jsonl"):
+                records += read_prompt_records(p)
     return sample_records(records, limit, seed) if limit else records
 
 

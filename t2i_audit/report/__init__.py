@@ -16,7 +16,6 @@ Run report outputs (``RUN/report/`` unless ``out_dir``):
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -95,9 +94,7 @@ def render_report(run_dir, *, out_dir=None, progress: bool = True, scorer: str |
     ctx = build_context(data, out, thumbs, progress)
     page = out / "index.html"
     atomic_write_text(page, render("report.html.j2", ctx))
-    table = write_tables(data.questions_df, out, "results")
-    for f in (page, out / table["parquet"], out / table["csv"]):
-        os.chmod(f, 0o644)  # a shared report: readable by a web server, not just its writer
+    table = write_tables(data.questions_df, out, "results")  # atomic writes honour the umask (rundir)
     pruned = thumbs.prune()
     seconds = time.perf_counter() - t0
     update_summary_key(rd, "report", _summary_payload(ctx, data, out, rd, table, seconds, thumbs))

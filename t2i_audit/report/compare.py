@@ -188,9 +188,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
            "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "alpha": ALPHA, "n_boot": N_BOOT, **static_assets()}
     page = out / "index.html"
-    atomic_write_text(page, render("compare.html.j2", ctx))
-    for f in [page, out / "compare.json"] + [out / t[k] for t in tables.values() for k in ("parquet", "csv")]:
-        os.chmod(f, 0o644)
+    atomic_write_text(page, render("compare.html.j2", ctx))  # modes follow the umask (rundir)
     return page
 
 

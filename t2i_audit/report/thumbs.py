@@ -14,6 +14,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from ..rundir import file_mode
+
 THUMB_PX = 160
 
 
@@ -49,7 +51,7 @@ def _write_cache_file(dst: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, file_mode())  # mkstemp made it 0600; follow the umask like every run file
         os.replace(tmp, dst)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -42,7 +42,8 @@ def list_scorers(extra_cards: Iterable[str] = ()) -> list[dict]:
                     "family": c.get("family", "custom"), "model": model,
                     "revision": m.get("revision"), "measures": c.get("measures", ""),
                     "range": c.get("range"), "higher_is_better": c.get("higher_is_better", True),
-                    "class": c.get("class"), "file": c.get("_file")})
+                    "class": c.get("class"), "file": c.get("_file"),
+                    "known_agreement": c.get("known_agreement")})
     return out
 
 

@@ -74,7 +74,7 @@ class Answer:
 
 def card_hash(card: Mapping) -> str:
     """Fingerprint of everything in a card that can change a record (not the description)."""
-    keep = {k: v for k, v in card.items() if k not in ("description", "measures", "_file")}
+    keep = {k: v for k, v in card.items() if k not in ("description", "measures", "_file", "known_agreement")}
     return hashlib.sha1(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -132,7 +132,15 @@ class Scorer:
         c = self.card
         return {"name": self.name, "description": c.get("description", ""), "family": self.family,
                 "model": self.model_id, "revision": self.revision, "measures": c.get("measures", ""),
-                "range": c.get("range"), "higher_is_better": c.get("higher_is_better", True)}
+                "range": c.get("range"), "higher_is_better": c.get("higher_is_better", True),
+                "applied": self.model_details()}
+
+    def model_details(self) -> dict:
+        """What loading applied beyond the card (e.g. the activation and preprocessing that a
+        CLIP checkpoint tag prescribes): ``{attribute: model.applied}`` for each loaded model
+        that carries an ``applied`` dict (:class:`~t2i_audit.scorers.clip_models.ClipModel`)."""
+        return {k: dict(v.applied) for k, v in vars(self).items()
+                if isinstance(getattr(v, "applied", None), dict)}
 
     # --- lifecycle --------------------------------------------------------------------------
     def load(self) -> "Scorer":

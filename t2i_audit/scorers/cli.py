@@ -82,6 +82,11 @@ def register(app: typer.Typer) -> None:
             hib = "higher is better" if r["higher_is_better"] else "lower is better"
             typer.echo(f"{r['name']:<16} [{r['family']}] {r['model']}  range {r['range']}, {hib}")
             typer.echo(f"{'':<16} {r['description']}")
+            ka = r.get("known_agreement")
+            if ka:
+                ka = ka if isinstance(ka, dict) else {"figure": ka}
+                src = f" ({ka['source']})" if ka.get("source") else ""
+                typer.echo(f"{'':<16} known agreement: {ka.get('figure', 'not published')}{src}")
 
     @app.command("calibrate")
     def calibrate_cmd(

@@ -3,7 +3,12 @@
 ``load_clip(model_cfg, device)`` returns a :class:`ClipModel` with one interface whatever the
 backend: ``encode_images(list[PIL]) -> (n, d)`` and ``encode_texts(list[str]) -> (m, d)``
 (both L2-normalised float32 tensors), ``n_tokens(text)`` and ``context_length`` (for the
-77-token truncation record) and ``logit_scale``.
+77-token truncation record) and ``logit_scale``; ``applied`` says what the built model really
+runs (activation, preprocessing), for records and the manifest.
+
+An open_clip architecture named with a pretrained tag is built with the tag's own config
+(:func:`open_clip_build_kwargs`): open_clip 3.3 builds ``ViT-L-14`` + ``openai`` with plain GELU
+and only warns, though the weights were trained with QuickGELU.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ def torch_dtype(name: str | None, device: str):
 
 def _register_open_clip_config(name: str, config_path: str) -> None:
     """Register a custom architecture JSON under ``name`` (open_clip names configs by file stem)."""
-    import open_clip
+    from ..extras import open_clip  # AuditError naming the [open_clip] extra if missing
 
     p = Path(config_path)
     if not p.exists():
@@ -53,11 +58,91 @@ def _register_open_clip_config(name: str, config_path: str) -> None:
     _REGISTERED[name] = key
 
 
+def open_clip_build_kwargs(arch: str, tag: str | None) -> dict:
+    """Keyword arguments for ``open_clip.create_model[_and_transforms](arch, ...)`` that apply
+    what pretrained ``tag`` prescribes: its activation and its preprocessing.
+
+    Relies on open_clip 3.3: ``open_clip/pretrained.py:get_pretrained_cfg(model, tag)`` (per-tag
+    ``quick_gelu``, ``mean``, ``std``, ``interpolation``, ``resize_mode``) and
+    ``open_clip/factory.py:create_model``, which builds the architecture's own ``quick_gelu`` and
+    only *warns* on a mismatch with the tag ("QuickGELU mismatch"); ``force_quick_gelu`` fixes it.
+    The mean/std/… are passed explicitly too, so a build with ``pretrained=None`` (tests) gets
+    exactly the preprocessing the tag would. ``{}`` for a checkpoint file or an unknown tag.
+    """
+    from ..extras import open_clip  # AuditError naming the [open_clip] extra if missing
+    from open_clip.pretrained import get_pretrained_cfg
+
+    if not tag:
+        return {}
+    name = arch.replace("/", "-")  # as create_model cleans the name before its lookups
+    tag_cfg = get_pretrained_cfg(name, str(tag))
+    if not tag_cfg:
+        return {}
+    arch_quick = bool((open_clip.get_model_config(name) or {}).get("quick_gelu", False))
+    tag_quick = bool(tag_cfg.get("quick_gelu", False))
+    if arch_quick and not tag_quick:  # create_model cannot switch an architecture's QuickGELU off
+        raise AuditError(f"open_clip {arch!r} uses QuickGELU but its tag {tag!r} was trained with GELU: "
+                         f"name the architecture without '-quickgelu'")
+    kw: dict = {"force_quick_gelu": tag_quick}
+    for key, arg in (("mean", "image_mean"), ("std", "image_std"),
+                     ("interpolation", "image_interpolation"), ("resize_mode", "image_resize_mode")):
+        if tag_cfg.get(key) is not None:
+            kw[arg] = tuple(tag_cfg[key]) if isinstance(tag_cfg[key], (list, tuple)) else tag_cfg[key]
+    return kw
+
+
+def open_clip_applied(model) -> dict:
+    """What an open_clip model really runs: the MLP activation(s) of its transformer blocks
+    (``mlp.gelu`` in open_clip/transformer.py ResidualAttentionBlock) and the preprocessing
+    config that ``set_model_preprocess_cfg`` stored on ``model.visual``."""
+    acts = sorted({type(m).__name__ for n, m in model.named_modules() if n.endswith("mlp.gelu")})
+    pp = dict(getattr(getattr(model, "visual", model), "preprocess_cfg", None) or {})
+    out: dict = {"activation": acts[0] if len(acts) == 1 else acts}
+    for key in ("mean", "std", "interpolation", "resize_mode", "size"):
+        if key in pp:
+            out[key] = _plain(pp[key])
+    return out
+
+
+def transformers_applied(model, image_processor) -> dict:
+    """What a transformers CLIPModel really runs: ``hidden_act`` of each tower and the image
+    processor's normalisation and resampling."""
+    cfg = model.config
+    ip = image_processor
+    out: dict = {"activation": {"text": cfg.text_config.hidden_act, "vision": cfg.vision_config.hidden_act},
+                 "image_processor": type(ip).__name__}
+    for key in ("image_mean", "image_std", "resample", "size", "crop_size"):
+        v = getattr(ip, key, None)
+        if v is not None:
+            out[key] = _plain(v)
+    return out
+
+
+def _plain(v):
+    """A JSON-able copy (SizeDict, resampling enums …) for records and the manifest."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        v = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items() if x is not None}
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        return float(v)
+    return str(v)
+
+
 class ClipModel:
     def __init__(self, backend: str, model, preprocess, tokenizer, context_length: int, device: str,
-                 dtype):
+                 dtype, applied: dict | None = None):
         self.backend, self.model, self.preprocess = backend, model, preprocess
         self.tokenizer, self.context_length, self.device, self.dtype = tokenizer, context_length, device, dtype
+        self.applied = dict(applied or {})
 
     @property
     def logit_scale(self) -> float:
@@ -119,7 +204,7 @@ def load_clip(model_cfg: Mapping[str, Any], device: str = "cpu") -> ClipModel:
     dtype = torch_dtype(model_cfg.get("dtype"), device)
     mid = str(model_cfg.get("id"))
     if backend == "open_clip":
-        import open_clip
+        from ..extras import open_clip  # AuditError naming the [open_clip] extra if missing
 
         pretrained = model_cfg.get("pretrained")
         folder = Path(mid).expanduser()
@@ -139,11 +224,14 @@ def load_clip(model_cfg: Mapping[str, Any], device: str = "cpu") -> ClipModel:
             _register_open_clip_config(mid, model_cfg["config"])
         if pretrained and model_cfg.get("local") and not Path(str(pretrained)).exists():
             raise AuditError(f"{pretrained}: local open_clip checkpoint not found")
-        model, _, preprocess = open_clip.create_model_and_transforms(mid, pretrained=pretrained, device=device)
+        tag_kwargs = open_clip_build_kwargs(mid, pretrained)  # {} for a checkpoint file or a folder
+        model, _, preprocess = open_clip.create_model_and_transforms(mid, pretrained=pretrained, device=device,
+                                                                     **tag_kwargs)
         model = model.to(device=device, dtype=dtype).eval()
         tokenizer = open_clip.get_tokenizer(mid)
         ctx = int(getattr(tokenizer, "context_length", 77) or 77)
-        return ClipModel("open_clip", model, preprocess, tokenizer, ctx, device, dtype)
+        applied = {**open_clip_applied(model), "from_tag": bool(tag_kwargs)}
+        return ClipModel("open_clip", model, preprocess, tokenizer, ctx, device, dtype, applied)
     if backend == "transformers":
         from transformers import AutoProcessor, CLIPModel
 
@@ -153,5 +241,6 @@ def load_clip(model_cfg: Mapping[str, Any], device: str = "cpu") -> ClipModel:
         proc = AutoProcessor.from_pretrained(mid, **kw)
         tok = proc.tokenizer
         ctx = int(model.config.text_config.max_position_embeddings)
-        return ClipModel("transformers", model, proc.image_processor, tok, ctx, device, dtype)
+        return ClipModel("transformers", model, proc.image_processor, tok, ctx, device, dtype,
+                         transformers_applied(model, proc.image_processor))
     raise AuditError(f"scorer card: unknown CLIP backend {backend!r} (open_clip|transformers)")

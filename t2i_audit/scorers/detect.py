@@ -103,6 +103,9 @@ class DetectionScorer(QuestionScorer):
         thr = float(self.thresholds.get("box", 0.1))
         out = []
         for im, labs in zip(images, labels):
+            if not labs:  # a prompt with no parsed objects (imported, whole-prompt question only)
+                out.append({})
+                continue
             queries = [tpl.format(object=lab) for lab in labs]
             grounding = self.model.config.model_type == "grounding-dino"
             with torch.no_grad():

@@ -38,7 +38,7 @@ def bert_tokenizer(extra=()):
 
 def open_clip_model(folder: Path, name: str = "tiny-oc") -> dict:
     """A 32-px open_clip ViT from a custom config + a safetensors checkpoint."""
-    import open_clip
+    from ..extras import open_clip  # AuditError naming the [open_clip] extra if missing
     import torch
     from safetensors.torch import save_file
 
@@ -123,6 +123,88 @@ def llava_model(folder: Path) -> dict:
     return {"id": str(folder), "local": True, "revision": "tiny"}
 
 
+QWEN_SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                 "<|video_pad|>"]
+
+
+def qwen_tokenizer():
+    """A byte-level BPE tokenizer of Qwen's kind (Qwen2Tokenizer: Qwen's pre-tokenizer regex +
+    ByteLevel), trained in memory on WORDS so every word is one token ("Yes", "ĠYes" …), with
+    the chat and vision special tokens the Qwen-VL processors and chat templates use."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    words = list(dict.fromkeys(WORDS + ["Yes", "No", "Is", "Does", "Are", "system", "user", "assistant",
+                                        "You", "helpful", "Answer", "word"]))
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=1000, min_frequency=1, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|endoftext|>"])
+    t.train_from_iterator([" ".join(words)] * 3 + [w for w in words for _ in range(3)], trainer)
+    bpe = json.loads(t.to_str())["model"]
+    tok = Qwen2Tokenizer(vocab=bpe["vocab"], merges=[tuple(m) for m in bpe["merges"]])
+    tok.add_special_tokens({"additional_special_tokens": QWEN_SPECIALS})
+    tok.eos_token = "<|im_end|>"
+    return tok
+
+
+def _qwen_vl(folder: Path, config_cls, model_cls, processor_cls, video_cls, template: str,
+             text: dict, vision: dict) -> dict:
+    import torch
+    from transformers import Qwen2VLImageProcessor
+
+    tok = qwen_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    torch.manual_seed(0)
+    cfg = config_cls(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         bos_token_id=None, eos_token_id=ids("<|im_end|>"), pad_token_id=tok.pad_token_id, **text),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=37, num_heads=2, patch_size=8,
+                           spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=32, **vision),
+        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"))
+    model_cls(cfg).save_pretrained(folder)
+    # 8-px patches merged 2x2: a 64x64 image is 16 visual tokens; budget 16²…64² px
+    geom = dict(patch_size=8, merge_size=2, temporal_patch_size=2)
+    ip = Qwen2VLImageProcessor(min_pixels=16 * 16, max_pixels=64 * 64, **geom)
+    processor_cls(image_processor=ip, tokenizer=tok, video_processor=video_cls(**geom),
+                  chat_template=template).save_pretrained(folder)
+    return {"id": str(folder), "local": True, "revision": "tiny"}
+
+
+def qwen3_vl_model(folder: Path) -> dict:
+    """Qwen3-VL (deepstack, interleaved M-RoPE) with the Qwen3-VL-8B-Instruct chat template."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    from .chat_templates import QWEN3_VL
+
+    return _qwen_vl(folder, Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor,
+                    Qwen3VLVideoProcessor, QWEN3_VL,
+                    text=dict(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                            "mrope_section": [2, 3, 3], "mrope_interleaved": True}),
+                    vision=dict(num_position_embeddings=64, deepstack_visual_indexes=[0]))
+
+
+def qwen2_5_vl_model(folder: Path) -> dict:
+    """Qwen2.5-VL (window attention in the vision tower) with the Qwen2.5-VL-Instruct template."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    from .chat_templates import QWEN2_VL
+
+    return _qwen_vl(folder, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor,
+                    Qwen2VLVideoProcessor, QWEN2_VL,
+                    text=dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                               "mrope_section": [2, 3, 3]}),
+                    vision=dict(window_size=32, fullatt_block_indexes=[1]))
+
+
 def owlv2_model(folder: Path) -> dict:
     import torch
     from transformers import Owlv2Config, Owlv2ForObjectDetection, Owlv2ImageProcessor, Owlv2Processor
@@ -166,7 +248,8 @@ def grounding_dino_model(folder: Path) -> dict:
 
 
 KINDS = {"open_clip": open_clip_model, "clip": hf_clip_model, "blip": blip_vqa_model,
-         "llava": llava_model, "owlv2": owlv2_model, "grounding_dino": grounding_dino_model}
+         "llava": llava_model, "owlv2": owlv2_model, "grounding_dino": grounding_dino_model,
+         "qwen3_vl": qwen3_vl_model, "qwen2_5_vl": qwen2_5_vl_model}
 VERSION = "v1"
 
 

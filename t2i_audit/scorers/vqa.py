@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..errors import AuditError
 from .base import Answer, QuestionScorer, ScoreItem
 
 
@@ -43,11 +44,25 @@ class YesNoScorer(QuestionScorer):
 
     @staticmethod
     def _token_ids(tokenizer, words: Sequence[str]) -> list[int]:
-        ids = []
+        """The one vocabulary id of each answer word (duplicates dropped: BERT-uncased maps
+        "Yes" and "yes" to one id). The word is encoded alone, without special tokens, which is
+        the word-initial piece the model emits as its answer: "yes" in BLIP's WordPiece vocab,
+        "▁Yes" in LLaVA-1.5's Llama SentencePiece vocab (the answer follows "ASSISTANT:", and
+        the Metaspace pre-tokenizer prepends "▁" to the text's first word). A word that is
+        several pieces or unknown raises: its first piece alone ("Y" of "Y"+"es") is another
+        answer's probability."""
+        ids: list[int] = []
         unk = getattr(tokenizer, "unk_token_id", None)
         for w in words:
-            enc = tokenizer(w, add_special_tokens=False)["input_ids"]
-            if enc and enc[0] != unk and enc[0] not in ids:
+            enc = list(tokenizer(w, add_special_tokens=False)["input_ids"])
+            if len(enc) != 1 or enc[0] == unk:
+                pieces = tokenizer.convert_ids_to_tokens(enc) if enc else []
+                name = getattr(tokenizer, "name_or_path", "") or "in-memory"
+                why = "unknown to the vocabulary" if len(enc) == 1 else f"{len(enc)} tokens {pieces}"
+                raise AuditError(f"{type(tokenizer).__name__} ({name}): answer word {w!r} is {why}, "
+                                 "not one token; P(yes)/P(no) needs one token per word - change "
+                                 "options.yes_tokens / options.no_tokens in the scorer card")
+            if enc[0] not in ids:
                 ids.append(enc[0])
         return ids
 
