@@ -5,6 +5,8 @@ random-weight real-size architectures built from their published configs.
     batch 1 / 4 / 8, eager and torch.compile: seconds per image and the fraction of the
     chip's bf16 peak it reaches (FLOPs counted with torch's FlopCounterMode, not assumed).
   * CLIP ViT-L/14-size scoring throughput (open_clip, random weights, bf16): images/s.
+  * Probe fitting on SDXL-shaped activations (bench_probe_fit.py): the torch backend over the
+    whole suite on the GPU, and both backends on a sample for the ratio.
 
     python benchmarks/gpu.py                 # on the GPU (≈5–8 min)
     python benchmarks/gpu.py --tiny --device cpu --steps 2   # check the script itself on CPU
@@ -112,6 +114,17 @@ def bench_clip(args, torch):
     return {"model": name, "batch": batch, "images_per_s": round(reps * batch / (time.perf_counter() - t0), 1)}
 
 
+def bench_probe_fit(args, torch):
+    """SDXL-shaped probe fitting (benchmarks/bench_probe_fit.py): torch backend on the GPU for the
+    whole suite, and both backends on a small sample for the ratio (sklearn on one CPU thread)."""
+    import bench_probe_fit
+
+    a = bench_probe_fit.parser().parse_args(
+        ["--device", args.device, "--sample", "1", "--reps", "1", "--batch", "69"]
+        + ([] if args.tiny else ["--full"]) + (["--prompts", "300"] if args.tiny else []))
+    return bench_probe_fit.run(a)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
@@ -123,14 +136,15 @@ def main():
 
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     info = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
             "torch": torch.__version__, "tiny": args.tiny}
+    probes = bench_probe_fit(args, torch)  # first: it needs full-fp32 matmuls, set below for the UNet
+    torch.backends.cuda.matmul.allow_tf32 = True
     unet = bench_unet(args, torch)
     clip = bench_clip(args, torch)
     write("gpu" if not args.tiny else "gpu_tiny_cpu_check",
-          {**info, "sdxl_unet": unet, "clip_scoring": clip, "peak_bf16_flops": PEAK_BF16,
+          {**info, "sdxl_unet": unet, "clip_scoring": clip, "probe_fit": probes, "peak_bf16_flops": PEAK_BF16,
            "note": "random weights, real-size architectures; UNet only (no VAE decode, no text encoders)"})
 
 

@@ -29,7 +29,7 @@ PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.repor
 @app.command()
 def run(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo[@rev] or a local pipeline folder."),
-    prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s)."),
+    prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s), or PromptRecords .jsonl (`prompts import`)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A run.yaml to rerun; other options override it."),
     limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
     images_per_prompt: Optional[int] = typer.Option(None, "--images-per-prompt", "-n"),
@@ -77,9 +77,12 @@ def models_cmd(as_json: bool = typer.Option(False, "--json")):
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    typer.echo(f"{'name':<15} {'steps':>5} {'cfg':>5} {'size':>5} {'dtype':<9} source")
+    typer.echo(f"{'name':<17} {'family':<7} {'pipeline':<27} {'steps':>5} {'cfg':>5} {'size':>5} {'dtype':<9} "
+               f"{'licence':<26} {'gated':<5} source")
     for r in rows:
-        typer.echo(f"{r['name']:<15} {r['steps']:>5} {r['guidance']:>5} {r['size']:>5} {r['dtype']:<9} {r['source']}")
+        gated = {True: "yes", False: "no"}.get(r["gated"], "-")
+        typer.echo(f"{r['name']:<17} {r['family']:<7} {r['pipeline'] or '-':<27} {r['steps']:>5} {r['guidance']:>5} "
+                   f"{r['size']:>5} {r['dtype']:<9} {r['licence'] or '-':<26} {gated:<5} {r['source']}")
 
 
 @prompts_app.command("validate")
@@ -124,6 +127,51 @@ def prompts_export(files: List[Path] = typer.Argument(...), out: Path = typer.Op
 
     n = export_prompts([str(f) for f in files], out, limit, seed)
     typer.echo(f"wrote {n} prompts to {out}")
+
+
+@app.command("verify")
+def verify_cmd(run_dir: Path = typer.Argument(..., help="A run directory."),
+               as_json: bool = typer.Option(False, "--json", help="Machine-readable result.")):
+    """Check every recorded file of a run (hashes, JSONL, score keys, activations); exit 1 if damaged."""
+    from .verify import format_result, verify_run
+
+    result = verify_run(run_dir)
+    typer.echo(json.dumps(result, indent=2) if as_json else format_result(result))
+    raise typer.Exit(0 if result["ok"] else 1)
+
+
+@prompts_app.command("import")
+def prompts_import(
+    file: Path = typer.Argument(..., help="Your copy of the benchmark's prompt file."),
+    fmt: str = typer.Option(..., "--format", "-f", help="geneval (evaluation_metadata.jsonl) | t2i-compbench (<category>_val.txt) | dpg (dpg_bench.csv)."),
+    out: Path = typer.Option(..., "--out", "-o", help="PromptRecords JSONL; use it with `run --prompts`."),
+    category: Optional[str] = typer.Option(None, help="T2I-CompBench category when the file name does not tell it."),
+    vocab: Optional[List[Path]] = typer.Option(None, "--vocab", help="Extra suite YAML whose attribute lists the T2I-CompBench grammar knows."),
+):
+    """Import GenEval, T2I-CompBench or DPG-Bench prompts as PromptRecords (slots, questions, categories)."""
+    from .importers import import_prompts, parse_summary
+    from .rundir import atomic_write_jsonl
+
+    records = import_prompts(file, fmt, category=category, vocab_files=[str(v) for v in vocab or []])
+    s = parse_summary(records)
+    for cat, c in s["categories"].items():
+        typer.echo(f"ok  {fmt}/{cat:<24} {c['prompts']:>6} prompts ({c['parsed']} parsed)")
+    atomic_write_jsonl(out, records)
+    typer.echo(f"{s['prompts']} prompts: {s['parsed']} parsed, {s['unparsed']} not parsed (whole-prompt question only); "
+               f"wrote {out}")
+
+
+@app.command("label")
+def label_cmd(
+    run_dir: Path = typer.Argument(..., metavar="RUN", help="Run directory with prompts.jsonl and images."),
+    n: int = typer.Option(60, "--n", help="Images to sample (stratified by category)."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file (default RUN/report/label.html)."),
+):
+    """A self-contained labelling page (opens offline); its export is the CSV `calibrate --labels` reads."""
+    from .report.label import render_label_page
+
+    typer.echo(str(render_label_page(run_dir, n=n, seed=seed, out=out)))
 
 
 def _register_plugins() -> None:

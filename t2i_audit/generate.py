@@ -77,12 +77,40 @@ def load_pipeline(card: ModelCard, device: str, dtype: str):
     diffusers_logging.disable_progress_bar()
     transformers.utils.logging.disable_progress_bar()
     path = card.pretrained_path()
+    kw = {"revision": card.revision, "dtype": getattr(torch, dtype)}
+    if card.variant and dtype != "float32":  # fp16 files: half the download; never upcast them to fp32
+        kw["variant"] = card.variant
     try:
-        pipe = DiffusionPipeline.from_pretrained(path, revision=card.revision, dtype=getattr(torch, dtype))
+        pipe = DiffusionPipeline.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
         raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {e}") from None
     pipe.set_progress_bar_config(disable=True)
-    return pipe.to(device)
+    pipe = pipe.to(device)
+    if card.vae_dtype:
+        decode_vae_in(pipe, card.vae_dtype)
+    return pipe
+
+
+def decode_vae_in(pipe, dtype: str) -> None:
+    """Make the VAE decode in ``dtype`` whatever the pipeline's dtype.
+
+    PixArt-Σ's pipeline calls ``self.vae.decode(latents / scaling_factor)`` in the pipeline's dtype
+    with no upcast (pipeline_pixart_sigma.py; SDXL's pipeline upcasts when the VAE config says
+    ``force_upcast``): its SDXL VAE overflows in float16 and decodes NaN/black images.
+    """
+    import torch
+
+    vae = getattr(pipe, "vae", None)
+    target = getattr(torch, dtype)
+    if vae is None or vae.dtype == target:
+        return
+    vae.to(target)
+    decode = vae.decode
+
+    def decode_upcast(z, *args, **kwargs):
+        return decode(z.to(target), *args, **kwargs)
+
+    vae.decode = decode_upcast
 
 
 def _device_name(device: str) -> str:
@@ -113,14 +141,34 @@ def _to_png(arr) -> tuple[bytes, list[str]]:
 
 
 def _done_items(run: RunDir) -> dict[tuple[str, int], dict]:
+    """Records whose PNG is on disk with the recorded bytes, by (prompt id, sample).
+
+    A kill can land between a PNG and its record, and a file can be truncated or altered later
+    (a full disk, a sync tool, a hand edit), so a record counts only if its file's sha256 matches:
+    a damaged image is regenerated, and its scores follow (the score stage keys on image sha256).
+    An image can have several records (images.jsonl, shards of other process counts, a
+    regeneration): the last that matches the file wins. Cost: one read + sha256 an image (1,000
+    3 KB PNGs: 30 ms; a 3 MB PNG: 3 ms), memoised within a process by ``file_sha256``.
+    """
+    from .rundir import file_sha256
+
+    candidates: dict[tuple[str, int], list[dict]] = {}
+    for src in [run.images, *sorted((run.root / "shards").glob("images.rank*.jsonl"))]:
+        for rec in read_jsonl(src):
+            candidates.setdefault((rec["prompt_id"], rec["sample"]), []).append(rec)
     done = {}
-    for rec in read_jsonl(run.images):
-        done[(rec["prompt_id"], rec["sample"])] = rec
-    for shard in sorted((run.root / "shards").glob("images.rank*.jsonl")):
-        for rec in read_jsonl(shard):
-            done[(rec["prompt_id"], rec["sample"])] = rec
-    # a record counts only if its PNG is there (a kill can land between the two writes)
-    return {k: r for k, r in done.items() if (run.root / r["path"]).exists()}
+    for key, recs in candidates.items():
+        digests: dict[str, Optional[str]] = {}
+        for rec in reversed(recs):
+            if rec["path"] not in digests:
+                try:
+                    digests[rec["path"]] = file_sha256(run.root / rec["path"])
+                except (FileNotFoundError, NotADirectoryError):
+                    digests[rec["path"]] = None
+            if digests[rec["path"]] == rec["sha256"]:
+                done[key] = rec
+                break
+    return done
 
 
 def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSettings, *,

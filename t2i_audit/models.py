@@ -38,6 +38,8 @@ class ModelCard:
     variant: Optional[str] = None  # weights variant to download ("fp16": half the bytes of fp32 files)
     vae_dtype: Optional[str] = None  # decode in this dtype whatever the run's (PixArt-Σ fp16 VAE → NaN)
     notes: Optional[str] = None
+    licence: Optional[str] = None  # as stated on the model's hub page
+    gated: Optional[bool] = None  # the hub asks to accept terms (HF token) before download
 
     def pretrained_path(self) -> str:
         """What to hand to ``from_pretrained``: a local folder or an HF repo id."""
@@ -65,7 +67,8 @@ class ModelCard:
     def as_dict(self) -> dict:
         return {"name": self.name, "source": self.source, "repo": self.repo, "revision": self.revision,
                 "local": self.local, "pipeline": self.pipeline, "defaults": self.defaults, "call": self.call,
-                "variant": self.variant, "vae_dtype": self.vae_dtype}
+                "variant": self.variant, "vae_dtype": self.vae_dtype,
+                "licence": self.licence, "gated": self.gated}
 
 
 def _model_index(path_or_repo: str, revision: Optional[str]) -> dict:
@@ -110,10 +113,14 @@ def card_names() -> list[str]:
 
 
 def list_models() -> list[dict]:
+    from .families import pipeline_family
+
     out = []
     for name in card_names():
         c = resolve_model(name)
-        out.append({"name": name, "source": c.source, "pipeline": c.pipeline, **c.defaults})
+        family = (pipeline_family(c.pipeline) or {}).get("family", "-") if c.pipeline else "-"
+        out.append({"name": name, "source": c.source, "pipeline": c.pipeline, "family": family,
+                    "licence": c.licence, "gated": c.gated, **c.defaults})
     return out
 
 
@@ -126,7 +133,7 @@ def _from_card(name: str, spec: dict, tiny: bool = False) -> ModelCard:
         pipeline=spec.get("pipeline"), defaults={**GENERIC_DEFAULTS, **spec.get("defaults", {})},
         call=dict(spec.get("call", {})), text_encoders_=tuple(spec.get("text_encoders", ())),
         scorers=tuple(spec.get("scorers", ())), variant=spec.get("variant"), vae_dtype=spec.get("vae_dtype"),
-        notes=spec.get("notes"))
+        notes=spec.get("notes"), licence=spec.get("licence"), gated=spec.get("gated"))
 
 
 def resolve_model(ref: str) -> ModelCard:

@@ -22,9 +22,9 @@ EXTRA_WORDS = ("a", "an", "and", "the", "of", "to", "photo", "image", "picture",
 
 
 def _bpe_file() -> str:
-    import open_clip
+    from ..clip_bpe import BPE_PATH  # vendored copy of open_clip's file: no open_clip needed
 
-    return os.path.join(os.path.dirname(open_clip.__file__), "bpe_simple_vocab_16e6.txt.gz")
+    return os.fspath(BPE_PATH)
 
 
 @lru_cache(maxsize=1)

@@ -59,7 +59,7 @@ class JudgeConfig:
 
 
 def register(cfg: dict, name: str = MODEL_NAME) -> None:
-    import open_clip
+    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
 
     tmp = Path(tempfile.mkdtemp(prefix="mini_judge_cfg_"))
     (tmp / f"{name}.json").write_text(json.dumps(cfg))
@@ -68,7 +68,7 @@ def register(cfg: dict, name: str = MODEL_NAME) -> None:
 
 def load_judge(folder: Path | str, device: str = "cpu"):
     """(model, preprocess, tokenizer) of a judge folder, through open_clip's own loaders."""
-    import open_clip
+    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
 
     folder = Path(folder)
     register(json.loads((folder / "config.json").read_text()))
@@ -99,7 +99,7 @@ def train_judge(out: Path | str, config: JudgeConfig | None = None, log=print) -
     import torch
     import torch.nn.functional as F
 
-    import open_clip
+    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
 
     cfg = config or JudgeConfig()
     if cfg.steps is None and cfg.minutes is None:

@@ -39,7 +39,7 @@ def probe(
     run: Path = typer.Argument(..., help="Run directory (with prompts.jsonl; scores/ for failure analyses)."),
     model: Optional[str] = typer.Option(None, "--model", help="Model card or folder; default: the run's model."),
     scorer: Optional[str] = typer.Option(None, "--scorer", help="Scorer whose verdicts define success; default: all in scores/."),
-    layers: str = typer.Option("all", "--layers", help="all | last | comma list of indices (negative ok) or names (h03, final)."),
+    layers: str = typer.Option("all", "--layers", help="all | last | conditioning (the layer the pipeline feeds its denoiser) | comma list of indices (negative ok) or names (h03, final, pooled)."),
     poolings: str = typer.Option("eos,mean,slot", "--poolings", help="Comma list of eos, mean, slot."),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("cpu", "--device"),
@@ -47,6 +47,8 @@ def probe(
     timesteps: Optional[str] = typer.Option(None, "--timesteps", help="Denoiser steps to hook, e.g. 0,10,-1 (default: first, middle, last)."),
     folds: int = typer.Option(5, "--folds", help="Grouped cross-validation folds."),
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples (and permutations) for CIs and p-values."),
+    probe_backend: str = typer.Option("torch", "--probe-backend",
+                                      help="torch (batched on --device; matches scikit-learn) | sklearn (the reference)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
 ) -> None:
     """Linear probes: constituent decodability, failure prediction vs baseline, decodability ↔ success."""
@@ -58,7 +60,8 @@ def probe(
     res = run_probe_stage(run, model=model, scorer=scorer, layers=layers,
                           poolings=tuple(p.strip() for p in poolings.split(",") if p.strip()),
                           seed=seed, device=device, denoiser=denoiser, progress=not quiet, n_splits=folds,
-                          n_boot=bootstrap, timesteps=_int_list(timesteps, "--timesteps"))
+                          n_boot=bootstrap, timesteps=_int_list(timesteps, "--timesteps"),
+                          probe_backend=probe_backend)
     fp = res.get("failure_prediction", {})
     typer.echo(f"probes written to {Path(run) / 'probes'}")
     if "auroc" in fp:

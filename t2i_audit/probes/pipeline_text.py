@@ -179,7 +179,20 @@ def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, 
         ids, mask_passed, output = calls[enc]
         proxy = proxies.get(tokenizer_for(enc))
         out.append(_describe(enc, ids, mask_passed, output, proxy, offsets=offsets))
+    _drop_template_prefix(pipe, out)
     return out, returned
+
+
+def _drop_template_prefix(pipe, calls: list[EncoderCall]) -> None:
+    """A pipeline that drops its chat template's first rows (Qwen-Image: ``e[drop_idx:]``) never shows
+    them to the denoiser: they are not real tokens for eos / mean / slot pooling (families.yaml drop_prefix)."""
+    attr = (pipeline_family(type(pipe).__name__) or {}).get("drop_prefix")
+    if not attr:
+        return
+    k = int(getattr(pipe, attr))
+    for call in calls:
+        call.real[:, :k] = False
+        call.notes.append(f"the first {k} tokens ({attr}: the template prefix) are dropped by the pipeline")
 
 
 def _describe(enc: str, ids, mask_passed: bool, output, proxy, *, offsets: bool) -> EncoderCall:
@@ -259,7 +272,9 @@ def layer_tensors(call: EncoderCall) -> dict[str, "object"]:
     out_ = call.output
     hidden = list(out_.hidden_states)
     layers = {f"h{i:02d}": h for i, h in enumerate(hidden)}
-    last = out_.last_hidden_state if hasattr(out_, "last_hidden_state") else out_[0]
+    # a causal-LM head (Qwen2.5-VL) has no last_hidden_state and its [0] is the logits
+    last = out_.last_hidden_state if hasattr(out_, "last_hidden_state") else (
+        None if hasattr(out_, "logits") else out_[0])
     if last is not None and not torch.equal(last, hidden[-1]):
         layers["final"] = last
     pooled = getattr(out_, "text_embeds", None)

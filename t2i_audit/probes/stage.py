@@ -63,14 +63,23 @@ def _clean(obj):
 
 # --- the stage --------------------------------------------------------------------------------
 def fit_probes(rd: RunDir, prompts: list[dict], encoders: Sequence[str], *, scorer: str | None,
-               seed: int = 0, n_splits: int = 5, n_boot: int = 1000, progress: bool = True) -> dict:
-    """Fit decodability / failure / correlation on stored activations; write probes/*.jsonl."""
+               seed: int = 0, n_splits: int = 5, n_boot: int = 1000, progress: bool = True,
+               backend: str = linear.DEFAULT_BACKEND, device: str | None = "cpu",
+               batch_bytes: int | None = None) -> dict:
+    """Fit decodability / failure / correlation on stored activations; write probes/*.jsonl.
+
+    Arrays are loaded in batches of about ``batch_bytes``; all fits of a batch (arrays ×
+    targets × control × folds) go to the backend at once, which the torch backend fits together.
+    """
+    linear.check_backend(backend)
     by_id = {p["id"]: p for p in prompts}
     targets = slot_targets(prompts)
     rates, scorers = success_rates(rd, scorer)
     t0 = time.perf_counter()
     dec_rows, fail_rows, corr_rows = [], [], []
     probe_fits: list[dict] = []
+    if batch_bytes is None:  # the sklearn path fits one by one: nothing to gain from batching
+        batch_bytes = 0 if backend == "sklearn" else (256 << 20 if str(device).startswith("cpu") else 4 << 30)
     for enc in encoders:
         enc_dir = rd.activations_dir / enc
         meta, ids = load_activations(enc_dir)
@@ -79,43 +88,64 @@ def fit_probes(rd: RunDir, prompts: list[dict], encoders: Sequence[str], *, scor
             raise AuditError(f"{enc_dir}/index.jsonl: prompt ids not in {rd.prompts}; rerun extraction")
         groups = np.array([p.get("composition") or p["id"] for p in recs])
         success = np.array([rates.get(p["id"], np.nan) for p in recs])
-        for array in meta["arrays"]:
-            layer, pooling = array.split("__", 1)
-            X = np.asarray(load_array(enc_dir, array), dtype=np.float32)
-            finite = np.isfinite(X).all(1)
-            p_true = np.full((len(recs), len(targets)), np.nan)
-            for j, (slot, family) in enumerate(targets.items()):
-                vals = np.array([str((p.get("slots") or {}).get(slot, "")) for p in recs])
-                rows = np.flatnonzero(finite & (vals != ""))
-                if len(rows) < 2 * n_splits or len(np.unique(vals[rows])) < 2 or len(np.unique(groups[rows])) < 2:
+        labelled_sets: dict = {}  # one (failed, groups, baseline) per set of labelled rows: shared fits
+        per_array = max(1, len(recs) * int(meta.get("dim") or 1) * 4)
+        chunk = max(1, batch_bytes // per_array)
+        names = list(meta["arrays"])
+        for start in range(0, len(names), chunk):
+            batch = names[start:start + chunk]
+            X = {a: np.asarray(load_array(enc_dir, a), dtype=np.float32) for a in batch}
+            finite = {a: np.isfinite(X[a]).all(1) for a in batch}
+            dec_jobs, dec_keys, fail_jobs, fail_keys = [], [], [], []
+            for array in batch:
+                for j, (slot, family) in enumerate(targets.items()):
+                    vals = np.array([str((p.get("slots") or {}).get(slot, "")) for p in recs])
+                    rows = np.flatnonzero(finite[array] & (vals != ""))
+                    if len(rows) < 2 * n_splits or len(np.unique(vals[rows])) < 2 or len(np.unique(groups[rows])) < 2:
+                        continue
+                    dec_jobs.append((X[array], rows, vals[rows], groups[rows]))
+                    dec_keys.append((array, j, slot, family, rows))
+                if array.split("__", 1)[1].startswith("slot-"):
                     continue
-                res, pt = linear.decodability(X[rows], vals[rows], groups[rows], n_splits=n_splits, seed=seed)
-                p_true[rows, j] = pt
-                dec_rows.append({"encoder": enc, "layer": layer, "pooling": pooling, "target": slot,
-                                 "family": family, **res})
-            if pooling.startswith("slot-"):
-                continue
-            # prompt-level arrays: failure prediction and correlation
-            decod = np.nanmean(p_true, axis=1) if np.isfinite(p_true).any() else np.full(len(recs), np.nan)
-            labelled = np.flatnonzero(np.isfinite(success) & finite)
-            failed = success[labelled] < 0.5
-            if len(labelled) >= 2 * n_splits and 0 < failed.sum() < len(failed):
-                sub = [recs[i] for i in labelled]
-                base_X, _ = linear.onehot_constituents(sub)
-                fr = linear.failure_prediction(X[labelled], failed, groups[labelled], base_X,
-                                               n_splits=n_splits, seed=seed, n_boot=n_boot)
-                fail_rows.append({"encoder": enc, "layer": layer, "pooling": pooling, **fr})
-                probe_fits.append({"encoder": enc, "array": array, "auroc": fr["auroc"]["auroc"],
-                                   "kind": meta.get("kind")})
-            if np.isfinite(decod).sum() >= 3 and np.isfinite(success).sum() >= 3:
-                for unit in ("composition", "binding"):
-                    cr = linear.decodability_success_correlation(recs, decod, success, unit=unit, seed=seed,
-                                                                 n_boot=n_boot, n_perm=n_boot)
-                    if cr["n_units"] >= 3:
-                        corr_rows.append({"encoder": enc, "layer": layer, "pooling": pooling,
-                                          "mean_decodability": float(np.nanmean(decod)), **cr})
+                labelled = np.flatnonzero(np.isfinite(success) & finite[array])
+                failed = success[labelled] < 0.5
+                if len(labelled) >= 2 * n_splits and 0 < failed.sum() < len(failed):
+                    key = labelled.tobytes()
+                    if key not in labelled_sets:
+                        base_X, _ = linear.onehot_constituents([recs[i] for i in labelled])
+                        labelled_sets[key] = (failed, groups[labelled], base_X)
+                    f_, g_, b_ = labelled_sets[key]
+                    fail_jobs.append((X[array][labelled], f_, g_, b_))
+                    fail_keys.append(array)
+            decs = linear.decodability_many(dec_jobs, n_splits=n_splits, seed=seed, backend=backend, device=device)
+            fails = dict(zip(fail_keys, linear.failure_prediction_many(
+                fail_jobs, n_splits=n_splits, seed=seed, n_boot=n_boot, backend=backend, device=device)))
+            # rows in the order of the one-at-a-time loop: per array, targets, failure, correlation
+            for array in batch:
+                layer, pooling = array.split("__", 1)
+                p_true = np.full((len(recs), len(targets)), np.nan)
+                for (arr, j, slot, family, rows), (res, pt) in zip(dec_keys, decs):
+                    if arr == array:
+                        p_true[rows, j] = pt
+                        dec_rows.append({"encoder": enc, "layer": layer, "pooling": pooling, "target": slot,
+                                         "family": family, **res})
+                if pooling.startswith("slot-"):
+                    continue
+                decod = np.nanmean(p_true, axis=1) if np.isfinite(p_true).any() else np.full(len(recs), np.nan)
+                if array in fails:
+                    fr = fails[array]
+                    fail_rows.append({"encoder": enc, "layer": layer, "pooling": pooling, **fr})
+                    probe_fits.append({"encoder": enc, "array": array, "auroc": fr["auroc"]["auroc"],
+                                       "kind": meta.get("kind")})
+                if np.isfinite(decod).sum() >= 3 and np.isfinite(success).sum() >= 3:
+                    for unit in ("composition", "binding"):
+                        cr = linear.decodability_success_correlation(recs, decod, success, unit=unit, seed=seed,
+                                                                     n_boot=n_boot, n_perm=n_boot)
+                        if cr["n_units"] >= 3:
+                            corr_rows.append({"encoder": enc, "layer": layer, "pooling": pooling,
+                                              "mean_decodability": float(np.nanmean(decod)), **cr})
         if progress:
-            print(f"[probe] fitted {enc}: {time.perf_counter() - t0:.1f} s so far", file=sys.stderr)
+            print(f"[probe] fitted {enc} ({backend}): {time.perf_counter() - t0:.1f} s so far", file=sys.stderr)
     rd.probes_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_jsonl(rd.probes_dir / "decodability.jsonl", (_clean(r) for r in dec_rows))
     atomic_write_jsonl(rd.probes_dir / "failure.jsonl", (_clean(r) for r in fail_rows))
@@ -217,10 +247,11 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
                     poolings=("eos", "mean", "slot"), seed: int = 0, device: str = "cpu",
                     denoiser: bool = False, progress: bool = True, n_splits: int = 5,
                     n_boot: int = 1000, batch_size: int = 32,
-                    timesteps: Sequence[int] | None = None) -> dict:
+                    timesteps: Sequence[int] | None = None, probe_backend: str = linear.DEFAULT_BACKEND) -> dict:
     from .activations import extract_text_activations
 
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    linear.check_backend(probe_backend)
     prompts = rd.read_prompts()
     if not prompts:
         raise AuditError(f"{rd.prompts}: no prompts")
@@ -238,15 +269,17 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
 
         extract_denoiser_activations(rd, model, device=device, timesteps=timesteps, progress=progress)
         encoders.append("denoiser")
-    fit_key = _fit_key(rd, metas, encoders, scorer=scorer, seed=seed, n_splits=n_splits, n_boot=n_boot)
+    fit_key = _fit_key(rd, metas, encoders, scorer=scorer, seed=seed, n_splits=n_splits, n_boot=n_boot,
+                       backend=probe_backend)
     old = _read_summary(rd).get("probes") or {}
     if old.get("fit_key") == fit_key and all((rd.root / f).exists() for f in old.get("files", [])):
         rd.update_stage("probe", status="done", n_prompts=len(prompts), encoders=encoders,
                         seconds=round(time.perf_counter() - t0, 2), scorers=old.get("scorers"), reused=True)
         return old  # same activations, labels and settings: the fits would be identical
     probes = fit_probes(rd, prompts, encoders, scorer=scorer, seed=seed, n_splits=n_splits,
-                        n_boot=n_boot, progress=progress)
+                        n_boot=n_boot, progress=progress, backend=probe_backend, device=device)
     probes.update(fit_key=fit_key, model=model, seed=seed, layers=layers, poolings=list(poolings),
+                  probe_backend=probe_backend,
                   encoders={k: {"arrays": len(v["arrays"]), "dim": v["dim"], "bytes": v["bytes"],
                                 "truncated": len(v["truncated"])} for k, v in metas.items()},
                   extract_seconds=round(t_extract, 2))

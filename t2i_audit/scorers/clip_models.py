@@ -39,7 +39,7 @@ def torch_dtype(name: str | None, device: str):
 
 def _register_open_clip_config(name: str, config_path: str) -> None:
     """Register a custom architecture JSON under ``name`` (open_clip names configs by file stem)."""
-    from ..extras import open_clip  # AuditError naming the [open_clip] extra if missing
+    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
 
     p = Path(config_path)
     if not p.exists():
@@ -69,7 +69,7 @@ def open_clip_build_kwargs(arch: str, tag: str | None) -> dict:
     The mean/std/… are passed explicitly too, so a build with ``pretrained=None`` (tests) gets
     exactly the preprocessing the tag would. ``{}`` for a checkpoint file or an unknown tag.
     """
-    from ..extras import open_clip  # AuditError naming the [open_clip] extra if missing
+    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
     from open_clip.pretrained import get_pretrained_cfg
 
     if not tag:
@@ -204,7 +204,7 @@ def load_clip(model_cfg: Mapping[str, Any], device: str = "cpu") -> ClipModel:
     dtype = torch_dtype(model_cfg.get("dtype"), device)
     mid = str(model_cfg.get("id"))
     if backend == "open_clip":
-        from ..extras import open_clip  # AuditError naming the [open_clip] extra if missing
+        from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
 
         pretrained = model_cfg.get("pretrained")
         folder = Path(mid).expanduser()

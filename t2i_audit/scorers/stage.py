@@ -166,6 +166,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                 t_load = time.perf_counter()
                 s.load()
                 counts[s.name]["load_seconds"] = round(time.perf_counter() - t_load, 3)
+                counts[s.name]["applied"] = s.model_details()  # e.g. the tag's QuickGELU and mean/std
             t0 = time.perf_counter()
             results = {}
             try:

@@ -38,7 +38,7 @@ def bert_tokenizer(extra=()):
 
 def open_clip_model(folder: Path, name: str = "tiny-oc") -> dict:
     """A 32-px open_clip ViT from a custom config + a safetensors checkpoint."""
-    from ..extras import open_clip  # AuditError naming the [open_clip] extra if missing
+    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
     import torch
     from safetensors.torch import save_file
 

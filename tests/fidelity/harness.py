@@ -32,9 +32,21 @@ FAMILIES = {
     "tiny-flux": {"states": {"text_encoder_2": (ALL, ALL)},
                   "pooled": {"text_encoder": ("pooled_projections", ALL)}},
     "tiny-pixart": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
+    # pipeline_qwenimage.py _get_qwen_prompt_embeds: rows 34.. of hidden_states[-1] (the template prefix
+    # dropped), real tokens only, zero-padded: see as_denoiser_sees
+    "tiny-qwen-image": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "drop_prefix": 34},
 }
 
 PROMPTS = ["a red cube to the left of a blue sphere", "Three GREEN dogs and a purple cup on a table"]
+
+
+def as_denoiser_sees(family: str, call, states):
+    """Our encoder states laid out as the denoiser receives them: unchanged, or (``drop_prefix``) without
+    the template's first rows and with zeros where the tokenizer padded (Qwen-Image re-pads with zeros)."""
+    k = FAMILIES[family].get("drop_prefix", 0)
+    if not k:
+        return states
+    return states[:, k:] * call.real[:, k:].to(states.device, states.dtype)[..., None]
 
 
 def denoiser_inputs(pipe, texts, call: dict | None = None) -> dict:

@@ -16,7 +16,7 @@ from t2i_audit.models import resolve_model
 from t2i_audit.probes import pipeline_text as PT
 from t2i_audit.probes.activations import extract_text_activations, load_activations, load_array
 
-from .harness import FAMILIES, PROMPTS, denoiser_inputs
+from .harness import FAMILIES, PROMPTS, as_denoiser_sees, denoiser_inputs
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_conditioning_layer_states_equal_the_denoiser_input(family_data, family)
     for enc, (rows, cols) in FAMILIES[family]["states"].items():
         call = calls[enc]
         layer = encoder.describe(enc, call)["conditioning_layer"]
-        ours = PT.layer_tensors(call)[layer]
+        ours = as_denoiser_sees(family, call, PT.layer_tensors(call)[layer])
         theirs = ref["encoder_hidden_states"][:, rows, cols]
         assert ours.shape == theirs.shape, (enc, layer)
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5, msg=f"{family}/{enc} at {layer}")

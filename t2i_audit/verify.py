@@ -1,0 +1,249 @@
+"""``t2i-audit verify RUN``: check a run directory against its own records, read-only.
+
+What a run records about its files is checked, category by category:
+
+* ``json``: every ``*.json`` parses and every ``*.jsonl`` line parses (a torn last line is a
+  kill's unfinished append: the next run of that stage drops it, but until then it is reported);
+* ``images``: every record of images.jsonl has its PNG, with the recorded sha256. A file whose
+  hash differs is then decoded to say how it is damaged (truncated, or a valid image with other
+  bytes); a file whose hash matches holds the bytes we encoded, so decoding it again proves nothing;
+* ``scores``: every score record's ``image_sha256`` is the hash of the image file now on disk
+  (a stale record scored other pixels);
+* ``activations``: every array ``activations/<enc>/meta.json`` lists is a loadable ``.npy`` with
+  ``meta["n"]`` rows, and index.jsonl has ``n`` rows.
+
+No torch here (``verify`` must be instant); numpy and PIL are enough.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from .errors import AuditError
+from .rundir import RunDir, file_sha256
+
+CATEGORIES = ("json", "images", "scores", "activations")
+
+
+@dataclass
+class Problem:
+    category: str
+    path: str  # relative to the run directory
+    problem: str
+
+
+class _Verifier:
+    def __init__(self, rd: RunDir):
+        self.rd = rd
+        self.problems: list[Problem] = []
+        self.checked = dict.fromkeys(CATEGORIES, 0)
+        self.records: dict[Path, list[dict]] = {}  # parsed JSONL files, good lines only
+
+    def bad(self, category: str, path: Path, problem: str) -> None:
+        self.problems.append(Problem(category, self.rd.rel(path), problem))
+
+    # --- json ---------------------------------------------------------------------------
+    def check_json_files(self) -> None:
+        for path in sorted(self._files("*.json")):
+            self.checked["json"] += 1
+            try:
+                json.loads(path.read_bytes())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                self.bad("json", path, f"does not parse ({e})")
+        for path in sorted(self._files("*.jsonl")):
+            self.checked["json"] += 1
+            self.records[path] = self._parse_jsonl(path)
+
+    def _files(self, pattern: str):
+        # hidden names are temp files of writes in flight (``.x.png.abc.tmp``) or locks
+        return (p for p in self.rd.root.rglob(pattern)
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.rd.root).parts))
+
+    def _parse_jsonl(self, path: Path) -> list[dict]:
+        raw = path.read_bytes()
+        lines = raw.split(b"\n")
+        out, broken = [], []
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                broken.append(i)
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+            else:
+                broken.append(i)
+        torn = bool(broken) and broken[-1] == len(lines) and not raw.endswith(b"\n")
+        if torn:
+            broken.pop()
+            self.bad("json", path, f"torn last line {len(lines)} (an append cut short by a kill; "
+                                   "the next run of that stage drops it)")
+        if broken:
+            shown = ", ".join(map(str, broken[:5])) + (" …" if len(broken) > 5 else "")
+            self.bad("json", path, f"{len(broken)} corrupted line(s): {shown}")
+        return out
+
+    # --- images -------------------------------------------------------------------------
+    def check_images(self) -> dict[tuple, Optional[str]]:
+        """Hash every recorded image; return (prompt id, sample) → sha256 now on disk (None: missing)."""
+        now: dict[tuple, Optional[str]] = {}
+        for rec in self.records.get(self.rd.images, []):
+            self.checked["images"] += 1
+            key = (rec.get("prompt_id"), int(rec.get("sample", 0)))
+            path = self.rd.root / str(rec.get("path", ""))
+            try:
+                digest = file_sha256(path)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                now[key] = None
+                self.bad("images", path, "missing (listed in images.jsonl)")
+                continue
+            now[key] = digest
+            if digest != rec.get("sha256"):
+                self.bad("images", path, f"sha256 {digest[:12]}… differs from the record's "
+                                         f"{str(rec.get('sha256'))[:12]}…: {_describe_png(path, rec)}")
+        return now
+
+    # --- scores -------------------------------------------------------------------------
+    def check_scores(self, now: dict[tuple, Optional[str]]) -> None:
+        paths = {key: rec.get("path") for key, rec in
+                 (((r.get("prompt_id"), int(r.get("sample", 0))), r) for r in self.records.get(self.rd.images, []))}
+        for path in sorted(p for p in self.records if p.parent == self.rd.scores_dir):
+            self.checked["scores"] += 1
+            stale: dict[tuple, list[dict]] = defaultdict(list)
+            for r in self.records[path]:
+                if "image_sha256" not in r:
+                    continue
+                key = (r.get("prompt_id"), int(r.get("sample", 0)))
+                if key not in now or r["image_sha256"] != now[key]:
+                    stale[key].append(r)
+            for key, recs in stale.items():
+                shas = sorted({str(r["image_sha256"])[:12] for r in recs})
+                if key not in now:
+                    what = "an image that images.jsonl does not list"
+                elif now[key] is None:
+                    what = f"{paths[key]}, which is missing"
+                else:
+                    what = f"{paths[key]} as sha256 {'/'.join(shas)}…, but the file now hashes {now[key][:12]}…"
+                self.bad("scores", path, f"{len(recs)} record(s) of {key[0]} sample {key[1]} are stale: "
+                                         f"they scored {what}")
+
+    # --- activations --------------------------------------------------------------------
+    def check_activations(self) -> None:
+        import numpy as np
+
+        if not self.rd.activations_dir.is_dir():
+            return
+        for meta_path in sorted(self.rd.activations_dir.glob("*/meta.json")):
+            self.checked["activations"] += 1
+            enc_dir = meta_path.parent
+            try:
+                meta = json.loads(meta_path.read_bytes())
+                n, arrays = int(meta["n"]), list(meta["arrays"])
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+                self.bad("activations", meta_path, "meta.json lacks a readable \"n\" and \"arrays\"")
+                continue
+            for name in arrays:
+                path = enc_dir / f"{name}.npy"
+                if not path.is_file():
+                    self.bad("activations", path, "missing (listed in meta.json)")
+                    continue
+                try:
+                    rows = np.load(path, mmap_mode="r").shape[0]
+                except (ValueError, OSError, EOFError, IndexError) as e:
+                    self.bad("activations", path, f"cannot load ({e})")
+                    continue
+                if rows != n:
+                    self.bad("activations", path, f"{rows} rows, meta.json says n = {n}")
+            index = enc_dir / "index.jsonl"
+            if index in self.records and len(self.records[index]) != n:
+                self.bad("activations", index, f"{len(self.records[index])} rows, meta.json says n = {n}")
+
+
+def _describe_png(path: Path, rec: dict) -> str:
+    from PIL import Image
+
+    size = path.stat().st_size
+    try:
+        with Image.open(path) as im:
+            im.load()
+            w, h = im.size
+    except Exception as e:  # noqa: BLE001 - any decoder error means the same: not a usable image
+        return f"{size} bytes, not a decodable PNG ({type(e).__name__}: {e})"
+    return (f"a valid {w}×{h} image with other bytes ({size} bytes; altered, or replaced without "
+            f"its record; recorded {rec.get('width')}×{rec.get('height')})")
+
+
+def _run_in_progress(rd: RunDir) -> bool:
+    """True when a run holds the writer lock (read-only probe: never creates the lock file)."""
+    for lock in rd.root.glob(".lock*"):
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+    return False
+
+
+def verify_run(run_dir: Path | str | RunDir) -> dict:
+    """Check ``run_dir``; returns ``{"run", "ok", "summary": {category: {"checked", "damaged"}},
+    "problems": [{"category", "path", "problem"}], "notes"}``."""
+    rd = RunDir(run_dir)
+    if not rd.root.is_dir():
+        raise AuditError(f"{rd.root}: run directory not found")
+    if not rd.prompts.is_file():
+        raise AuditError(f"{rd.root}: not a run directory (no prompts.jsonl)")
+    notes = []
+    if _run_in_progress(rd):
+        notes.append("a run is writing this directory now: work in flight may show as damage")
+    v = _Verifier(rd)
+    v.check_json_files()
+    now = v.check_images()
+    v.check_scores(now)
+    v.check_activations()
+    damaged = {c: sum(p.category == c for p in v.problems) for c in CATEGORIES}
+    return {"run": str(rd.root), "ok": not v.problems,
+            "summary": {c: {"checked": v.checked[c], "damaged": damaged[c]} for c in CATEGORIES},
+            "problems": [asdict(p) for p in v.problems], "notes": notes}
+
+
+UNITS = {"json": "files", "images": "images", "scores": "score files", "activations": "encoders"}
+
+
+def format_result(result: dict) -> str:
+    lines = [f"verify {result['run']}"]
+    for c, s in result["summary"].items():
+        state = "ok" if not s["damaged"] else f"{s['damaged']} damaged"
+        lines.append(f"  {c:<12} {s['checked']:>6} {UNITS[c]:<12} {state}")
+    lines += [f"note: {n}" for n in result["notes"]]
+    if result["ok"]:
+        lines.append("clean: every recorded file is intact")
+        return "\n".join(lines)
+    lines.append("damaged:")
+    lines += [f"  {p['path']}: {p['problem']}" for p in result["problems"]]
+    lines.append(f"{len(result['problems'])} problem(s). To repair:")
+    lines += [f"  {c}: {REPAIR[c]}" for c, s in result["summary"].items() if s["damaged"]]
+    return "\n".join(lines)
+
+
+REPAIR = {
+    "json": "a torn last line goes on the next run of its stage; a corrupted line elsewhere stops "
+            "the stage that reads it: remove that line (or the file, to redo the stage)",
+    "images": "rerun generation (`t2i-audit run --config RUN/run.yaml`): damaged images are regenerated "
+              "and their scores redone",
+    "scores": "rerun `t2i-audit score RUN` (after regenerating damaged images): stale records are rescored",
+    "activations": "remove activations/<encoder>/meta.json and rerun `t2i-audit probe RUN` to extract again",
+}
