@@ -16,6 +16,7 @@ torchvision::nms does not exist") raises AuditError with that cause.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 from .errors import AuditError
@@ -23,7 +24,7 @@ from .errors import AuditError
 # import name -> (distribution to pip install, extra of t2i-audit that brings it)
 OPTIONAL: dict[str, tuple[str, str]] = {
     "open_clip": ("open_clip_torch", "open-clip"),
-    "torchvision": ("torchvision", "open-clip"),
+    "torchvision": ("torchvision", "vlm"),
     "timm": ("timm", "open-clip"),
 }
 
@@ -52,6 +53,23 @@ def require(module: str, extra: str | None = None, package: str | None = None) -
             hint = (" (torchvision must be the build made for the installed torch; "
                     "reinstall them together, e.g. with -c constraints.txt)")
         raise AuditError(f"{package} is installed but cannot be imported: {e}{hint}") from e
+
+
+def auto_processor(model_id: str, **kwargs):
+    """``transformers.AutoProcessor.from_pretrained``, naming the [vlm] extra when the processor
+    needs torchvision: in transformers 5 the video processors of Qwen2-VL / Qwen2.5-VL / Qwen3-VL
+    / InternVL are torchvision-only ("Qwen2VLVideoProcessor requires the Torchvision library"),
+    while image-only processors fall back to their PIL versions."""
+    import transformers
+
+    try:
+        return transformers.AutoProcessor.from_pretrained(model_id, **kwargs)
+    except (ImportError, AttributeError) as e:
+        if importlib.util.find_spec("torchvision") is not None:
+            raise
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")
+        raise AuditError(f"{model_id}: its processor needs torchvision ({e.__class__.__name__}: {first}) "
+                         f"{install_hint('torchvision', 'vlm')}") from e
 
 
 def __getattr__(name: str) -> ModuleType:

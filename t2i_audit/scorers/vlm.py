@@ -112,7 +112,9 @@ class VlmJudge(YesNoScorer):
 
         m = self.resolved_model()
         kw = {} if m.get("local") else {"revision": m.get("revision") or None}
-        self.processor = transformers.AutoProcessor.from_pretrained(m["id"], **kw)
+        from ..extras import auto_processor  # AutoProcessor, naming the [vlm] extra if torchvision is needed
+
+        self.processor = auto_processor(m["id"], **kw)
         cls = getattr(transformers, self.options.get("model_class", "AutoModelForImageTextToText"))
         self.model = cls.from_pretrained(m["id"], dtype=torch_dtype(m.get("dtype"), self.device),
                                          **kw).to(self.device).eval()
