@@ -152,16 +152,15 @@ def _stage_module(name: str):
 
 def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     """Run every stage of ``cfg.stages`` in order; return the run directory."""
-    from accelerate import PartialState
-
     from .generate import GenSettings, generate_images, resolve_device
     from .models import resolve_model
+    from .processes import process_state
 
     # validate everything before the first byte is written
     card = resolve_model(cfg.model)
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
     device = resolve_device(cfg.device)
-    state = PartialState(cpu=device == "cpu")
+    state = process_state(device)  # created once; every stage shares its work between processes
     run = RunDir(cfg.out or default_run_dir(cfg))
     with RunLock(run.root, state.process_index):
         if state.is_main_process:
@@ -174,23 +173,25 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
                               seed=cfg.seed)
             with _recorded(run, "generate", state.is_main_process):
                 generate_images(run, records, card, gen, state=state, progress=progress)
-        if not state.is_main_process:  # scoring, probes and the report run on the main process
-            return run.root
+        main = state.is_main_process
         categories = {r["category"] for r in records}
         scorers = None
         if "score" in cfg.stages:
             chosen = cfg.scorers if cfg.scorers is not None else (list(card.scorers) or None)
-            with _recorded(run, "score"):
+            with _recorded(run, "score", main):  # every process scores its share; the main one merges
                 scorers = score_stage(run, chosen, categories, device=device, batch_size=cfg.batch_size,
-                                      progress=progress)
+                                      progress=progress, tiny=card.tiny, state=state)
         if "probe" in cfg.stages:
-            with _recorded(run, "probe"):
-                probe_stage(run, cfg.probe_model or cfg.model, scorer=scorers[0] if scorers else None,
-                            seed=cfg.seed, device=device, progress=progress)
+            with _recorded(run, "probe", main):  # every process extracts its share; the main one fits
+                # probe labels: the scorer deciding each category (t2i_audit.deciding), as the report
+                probe_stage(run, cfg.probe_model or cfg.model, scorer=None,
+                            seed=cfg.seed, device=device, progress=progress, state=state)
+        if not main:  # the report reads only files: the main process's
+            return run.root
         if "report" in cfg.stages:
             with _recorded(run, "report"):
-                # the headline follows the first scorer chosen (a card's first is its most trusted)
-                report_stage(run, progress=progress, scorer=scorers[0] if scorers else None)
+                # each category's verdicts come from its deciding scorer (t2i_audit.deciding)
+                report_stage(run, progress=progress)
     return run.root
 
 
@@ -205,23 +206,27 @@ def _recorded(run: RunDir, stage: str, main: bool = True):
         raise
 
 
-def score_stage(run: RunDir, scorers, categories: set, **kw) -> list[str]:
+def score_stage(run: RunDir, scorers, categories: set, *, tiny: bool = False, state=None, **kw) -> list[str]:
     mod = _stage_module("scorers")
     if mod is None:
-        run.update_stage("score", status="unavailable")
+        if state is None or state.is_main_process:
+            run.update_stage("score", status="unavailable")
         return []
-    names = scorers if scorers is not None else mod.default_scorers(categories)
+    names = scorers if scorers is not None else mod.default_scorers(categories, tiny=tiny)
     if names:
-        mod.run_score_stage(run, names, **kw)
+        from .scorers.stage import run_score_stage  # the package's wrapper takes no ``state``
+
+        run_score_stage(run, names, state=state, **kw)
     return names
 
 
-def probe_stage(run: RunDir, model: str, **kw) -> None:
+def probe_stage(run: RunDir, model: str, *, state=None, **kw) -> None:
     mod = _stage_module("probes")
     if mod is None:
-        run.update_stage("probe", status="unavailable")
+        if state is None or state.is_main_process:
+            run.update_stage("probe", status="unavailable")
         return
-    mod.run_probe_stage(run, model=model, **kw)
+    mod.run_probe_stage(run, model=model, state=state, **kw)
 
 
 def report_stage(run: RunDir, **kw) -> Optional[Path]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -92,6 +93,15 @@ TINY_MODELS: dict[str, dict] = {
         "defaults": {"steps": 2, "guidance": 1.0, "size": 32, "dtype": "float32"},
         # as the real card: true CFG (two transformer calls a step) with a " " negative prompt
         "call": {"true_cfg_scale": 4.0, "negative_prompt": " "},
+    },
+    "tiny-sana": {
+        "pipeline": "SanaPipeline",
+        "family": "sana",
+        "text_encoders": [{"name": "text_encoder", "tokenizer": "tokenizer", "kind": "gemma2"}],
+        "defaults": {"steps": 2, "guidance": 4.5, "size": 32, "dtype": "float32"},
+        # the pipeline bins sizes to its 1024 px aspect-ratio table unless told not to (a 32 px tiny would
+        # be generated at 1024 px); max_sequence_length stays the __call__ default (300), as on the real card
+        "call": {"use_resolution_binning": False},
     },
 }
 
@@ -248,6 +258,35 @@ def qwen_tokenizer():
 _QWEN_TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
                   "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}"
                   "<|im_end|>\n<|im_start|>assistant\n")
+
+
+GEMMA_SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>")
+
+
+def gemma_tokenizer():
+    """transformers' GemmaTokenizer (SentencePiece-style BPE: spaces as "▁", byte fallback) with merges trained
+    here on the CLIP vocabulary's words and Sana's complex human instruction (split at word starts while
+    training, so no merge crosses a word: slot offsets stay word-aligned)."""
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
+    from tokenizers.models import BPE
+    from transformers import GemmaTokenizer
+
+    from diffusers import SanaPipeline
+
+    instruction = inspect.signature(SanaPipeline.__call__).parameters["complex_human_instruction"].default
+    vocab, _ = clip_vocab_merges()
+    words = [t[:-4] for t in vocab if t.endswith("</w>") and t[:-4].isalpha() and t.isascii()]
+    corpus = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)] + ["\n".join(instruction)] * 20
+    bpe = Tokenizer(BPE(byte_fallback=True, unk_token="<unk>"))
+    bpe.normalizer = normalizers.Replace(" ", "\u2581")
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never")
+    bytes_ = [f"<0x{i:02X}>" for i in range(256)]
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=3000, special_tokens=list(GEMMA_SPECIALS) + bytes_, show_progress=False))
+    model = json.loads(bpe.to_str())["model"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    # add_bos_token: Gemma's tokenizer starts every sequence with <bos> (Sana keeps that row: select_index [0])
+    return GemmaTokenizer(vocab=model["vocab"], merges=merges, model_max_length=8192, add_bos_token=True)
 
 
 # ---------------------------------------------------------------- text encoders
@@ -476,7 +515,39 @@ def _qwen_image(name: str) -> dict:
     }
 
 
-_BUILDERS = {"qwen-image": _qwen_image, "sd": _sd, "sdxl": _sdxl, "sd3": _sd3, "flux": _flux, "pixart": _pixart}
+def _sana(name: str) -> dict:
+    # after diffusers tests/pipelines/sana/test_sana.py get_dummy_components (vocabulary = ours)
+    from diffusers import AutoencoderDC, FlowMatchEulerDiscreteScheduler, SanaTransformer2DModel
+    from transformers import Gemma2Config, Gemma2Model
+
+    tok = gemma_tokenizer()
+    config = Gemma2Config(
+        head_dim=16, hidden_size=8, initializer_range=0.02, intermediate_size=64, max_position_embeddings=8192,
+        num_attention_heads=2, num_hidden_layers=2, num_key_value_heads=2, vocab_size=len(tok),
+        attn_implementation="eager", pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id)
+    return {
+        "transformer": _seeded(name, "transformer", lambda: SanaTransformer2DModel(
+            patch_size=1, in_channels=4, out_channels=4, num_layers=1, num_attention_heads=2, attention_head_dim=4,
+            num_cross_attention_heads=2, cross_attention_head_dim=4, cross_attention_dim=8, caption_channels=8,
+            sample_size=16)),
+        "vae": _seeded(name, "vae", lambda: AutoencoderDC(
+            in_channels=3, latent_channels=4, attention_head_dim=2,
+            encoder_block_types=("ResBlock", "EfficientViTBlock"),
+            decoder_block_types=("ResBlock", "EfficientViTBlock"),
+            encoder_block_out_channels=(8, 8), decoder_block_out_channels=(8, 8),
+            encoder_qkv_multiscales=((), (5,)), decoder_qkv_multiscales=((), (5,)),
+            encoder_layers_per_block=(1, 1), decoder_layers_per_block=[1, 1], downsample_block_type="conv",
+            upsample_block_type="interpolate", decoder_norm_types="rms_norm", decoder_act_fns="silu",
+            scaling_factor=0.41407)),
+        "scheduler": FlowMatchEulerDiscreteScheduler(shift=7.0),
+        "text_encoder": _seeded(name, "text_encoder", lambda: Gemma2Model(config)),
+        "tokenizer": tok,
+    }
+
+
+_BUILDERS = {"sd": _sd, "sdxl": _sdxl, "sd3": _sd3, "flux": _flux, "pixart": _pixart,
+             "qwen-image": _qwen_image, "sana": _sana}
 
 
 def build_components(name: str) -> dict:

@@ -61,7 +61,7 @@ def generate(name, pipe, prompts, seeds, output="uint8"):
 
 
 def test_cards_have_the_documented_shape():
-    assert NAMES == ["tiny-flux", "tiny-pixart", "tiny-sd", "tiny-sd3", "tiny-sdxl"]
+    assert NAMES == ["tiny-flux", "tiny-pixart", "tiny-qwen-image", "tiny-sana", "tiny-sd", "tiny-sd3", "tiny-sdxl"]
     for card in tiny.TINY_MODELS.values():
         assert set(card["defaults"]) >= {"steps", "guidance", "size", "dtype"}
         assert card["defaults"]["size"] in (32, 64) and card["defaults"]["steps"] <= 4
@@ -75,7 +75,8 @@ def test_reloads_into_the_right_class_and_generates(name, pipes, root):
     assert type(pipe).__name__ == card["pipeline"]
     for te in card["text_encoders"]:
         encoder = getattr(pipe, te["name"])
-        want = "T5EncoderModel" if te["kind"] == "t5" else "CLIPTextModel"
+        want = {"t5": "T5EncoderModel", "clip": "CLIPTextModel", "gemma2": "Gemma2Model",
+                "qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration"}[te["kind"]]
         assert type(encoder).__name__.startswith(want)
         assert getattr(pipe, te["tokenizer"]) is not None
     image = generate(name, pipe, [PROMPT], [0])
@@ -185,12 +186,14 @@ def test_tokenizers_know_english_words(make):
 
 
 def test_reloaded_tokenizers_match_the_built_ones(pipes):
-    built = {"clip": tiny.clip_tokenizer(), "t5": tiny.t5_tokenizer()}
+    built = {"clip": tiny.clip_tokenizer(), "t5": tiny.t5_tokenizer(), "qwen2.5-vl": tiny.qwen_tokenizer(),
+             "gemma2": tiny.gemma_tokenizer()}
+    max_length = {"clip": 77, "t5": 512, "qwen2.5-vl": 32768, "gemma2": 8192}
     for name, pipe in pipes.items():
         for te in tiny.TINY_MODELS[name]["text_encoders"]:
             loaded = getattr(pipe, te["tokenizer"])
             assert loaded(PROMPT).input_ids == built[te["kind"]](PROMPT).input_ids, (name, te)
-            assert loaded.model_max_length == (77 if te["kind"] == "clip" else 512)
+            assert loaded.model_max_length == max_length[te["kind"]]
 
 
 def test_unknown_name_suggests_the_close_one(tmp_path):

@@ -26,7 +26,9 @@ the tokens inside the slot's character span, mapped through any template; NaN wh
 has no such slot or it was truncated away).
 
 Extraction is resumable: finished chunks are kept under ``.parts/<key>/`` and a rerun with the
-same key picks up after the last one; a finished directory is not redone.
+same key picks up after the last one; a finished directory is not redone. Under ``accelerate
+launch`` the chunks are shared between processes (each writes its own part files) and only the
+main process merges and writes ``index.jsonl`` and ``meta.json``.
 """
 
 from __future__ import annotations
@@ -148,11 +150,19 @@ def _finished(enc_dir: Path, key: str) -> dict | None:
 def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, layers: str = "all",
                              poolings: Sequence[str] = ("eos", "mean", "slot"), device: str = "cpu",
                              dtype: str | None = None, batch_size: int = 32,
-                             progress: bool = True) -> dict[str, dict]:
+                             progress: bool = True, state=None) -> dict[str, dict]:
     """Every text encoder of ``model`` → ``out_dir/<encoder>/``, in the pipeline's own mode
-    (see pipeline_text.py); returns ``{encoder: meta}``. Finished encoders are not redone."""
+    (see pipeline_text.py); returns ``{encoder: meta}`` (``{}`` on a non-main process).
+    Finished encoders are not redone.
+
+    Under ``accelerate launch`` each process encodes a contiguous share of the chunks into their
+    own part files (``device`` is this process's); the main process merges once all are there.
+    Chunks are ``CHUNK`` rows whatever the process count, so batches — and the numbers — are the
+    ones a single process computes, and a resume with another process count reuses every part.
+    """
     from ..generate import effective_dtype
     from ..models import resolve_model
+    from ..processes import process_state
     from .pipeline_text import PipelineTextEncoder, load_text_pipeline
 
     bad = set(poolings) - {"eos", "mean", "slot"}
@@ -176,19 +186,23 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
     todo = [name for name in keys if name not in metas]
     if not todo:
         return metas
-    pipe = load_text_pipeline(path, revision=card.revision, variant=card.variant, device=device, dtype=dtype)
-    encoder = PipelineTextEncoder(pipe, card.call)
-    slots = _slot_names(prompts) if "slot" in poolings else []
+    state = state or process_state(device)
+    main = state.is_main_process
     parts = {name: Path(out_dir) / name / ".parts" / keys[name] for name in todo}
     for folder in parts.values():
         folder.mkdir(parents=True, exist_ok=True)
     n_chunks = (len(ids) + CHUNK - 1) // CHUNK
-    if progress:
-        print(f"[probe] text encoders {', '.join(todo)}: {len(ids)} prompts through "
-              f"{encoder.pipeline_class}.encode_prompt {encoder.mode}", file=sys.stderr)
-    for c in range(n_chunks):
-        if all((parts[n] / f"part_{c:05d}.npz").exists() for n in todo):
-            continue
+    with state.split_between_processes(list(range(n_chunks))) as share:
+        missing = [c for c in share if not all((parts[n] / f"part_{c:05d}.npz").exists() for n in todo)]
+    if missing:  # a process whose chunks are all on disk loads nothing
+        pipe = load_text_pipeline(path, revision=card.revision, variant=card.variant, device=device, dtype=dtype)
+        encoder = PipelineTextEncoder(pipe, card.call)
+        if progress and main:
+            print(f"[probe] text encoders {', '.join(todo)}: {len(ids)} prompts through "
+                  f"{encoder.pipeline_class}.encode_prompt {encoder.mode}"
+                  + (f", {state.num_processes} processes" if state.num_processes > 1 else ""), file=sys.stderr)
+    slots = _slot_names(prompts) if "slot" in poolings else []
+    for c in missing:
         chunk = prompts[c * CHUNK:(c + 1) * CHUNK]
         acc: dict[str, dict[str, list]] = {n: {} for n in todo}
         for b in range(0, len(chunk), batch_size):
@@ -211,20 +225,22 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
             tmp = part.with_name(part.stem + ".tmp.npz")
             np.savez(tmp, **arrays)
             tmp.replace(part)
-        if progress:
+        if progress and main:
             print(f"[probe] text encoders: {min((c + 1) * CHUNK, len(ids))}/{len(ids)}", file=sys.stderr)
+    state.wait_for_everyone()  # every part is on disk
+    if not main:
+        return {}
     for name in todo:
         enc_dir = Path(out_dir) / name
         metas[name] = _finish_encoder(enc_dir, parts[name], n_chunks, ids, key=keys[name], fingerprint=fps[name],
                                       info=json.loads((parts[name] / "info.json").read_text()),
                                       kind=next(e.get("kind") for e in encoders if e["name"] == name),
-                                      model=model, progress=progress)
+                                      model=model, progress=progress, processes=state.num_processes)
     return metas
 
 
 def _finish_encoder(enc_dir: Path, parts: Path, n_chunks: int, ids: list[str], *, key: str, fingerprint: str,
-                    info: dict,
-                    kind: str | None, model: str, progress: bool) -> dict:
+                    info: dict, kind: str | None, model: str, progress: bool, processes: int = 1) -> dict:
     names, trunc = merge_parts(enc_dir, parts, n_chunks, len(ids))
     atomic_write_jsonl(enc_dir / "index.jsonl", ({"row": i, "prompt_id": pid} for i, pid in enumerate(ids)))
     meta = {
@@ -234,6 +250,7 @@ def _finish_encoder(enc_dir: Path, parts: Path, n_chunks: int, ids: list[str], *
         "arrays": names, "dim": int(np.load(enc_dir / f"{names[0]}.npy", mmap_mode="r").shape[1]) if names else 0,
         "truncated": [pid for pid, t in zip(ids, trunc) if t],
         "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names),
+        "parts": n_chunks, "processes": processes,  # how it was extracted (not what it holds)
         **info,
     }
     atomic_write_json(enc_dir / "meta.json", meta)

@@ -62,6 +62,8 @@ def probe(
                           seed=seed, device=device, denoiser=denoiser, progress=not quiet, n_splits=folds,
                           n_boot=bootstrap, timesteps=_int_list(timesteps, "--timesteps"),
                           probe_backend=probe_backend)
+    if not res:  # another accelerate process: it extracted its share, the main one reports
+        return
     fp = res.get("failure_prediction", {})
     typer.echo(f"probes written to {Path(run) / 'probes'}")
     if "auroc" in fp:

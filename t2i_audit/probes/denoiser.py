@@ -232,10 +232,17 @@ def run_settings(rd: RunDir, card, device: str) -> dict:
 
 def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device: str = "cpu",
                                  timesteps: Sequence[int] | None = None, batch_size: int | None = None,
-                                 base_seed: int | None = None, progress: bool = True) -> dict:
-    """Hook the denoiser while replaying the run's prompts (sample 0) with its settings; returns meta."""
+                                 base_seed: int | None = None, progress: bool = True, state=None) -> dict:
+    """Hook the denoiser while replaying the run's prompts (sample 0) with its settings; returns
+    meta (``{}`` on a non-main process).
+
+    Under ``accelerate launch`` each process replays a contiguous share of the chunks into its own
+    part files (``device`` is this process's); chunks are ``CHUNK`` rows whatever the process
+    count, so every batch is the one a single process replays. The main process merges.
+    """
     from ..generate import load_pipeline
     from ..models import resolve_model
+    from ..processes import process_state
 
     rd = rd if isinstance(rd, RunDir) else RunDir(rd)
     prompts = rd.read_prompts()
@@ -251,19 +258,21 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
     meta_path = enc_dir / "meta.json"
     if meta_path.exists() and json.loads(meta_path.read_text()).get("key") == key:
         return json.loads(meta_path.read_text())
-    pipe = load_pipeline(card, device, s["dtype"])
+    state = state or process_state(device)
+    main = state.is_main_process
     parts = enc_dir / ".parts" / key
     parts.mkdir(parents=True, exist_ok=True)
     n_chunks = (len(ids) + CHUNK - 1) // CHUNK
-    if progress:
+    with state.split_between_processes(list(range(n_chunks))) as share:
+        missing = [c for c in share if not (parts / f"part_{c:05d}.npz").exists()]
+    pipe = load_pipeline(card, device, s["dtype"]) if missing else None
+    if progress and main:
         print(f"[probe] denoiser: {len(ids)} prompts replayed with {s['steps']} steps, guidance "
-              f"{s['guidance']}, {s['size']} px, {s['dtype']} (from {s['source']}), hooks at {at}",
-              file=sys.stderr)
+              f"{s['guidance']}, {s['size']} px, {s['dtype']} (from {s['source']}), hooks at {at}"
+              + (f", {state.num_processes} processes" if state.num_processes > 1 else ""), file=sys.stderr)
     info: dict = {}
-    for c in range(n_chunks):
+    for c in missing:
         part = parts / f"part_{c:05d}.npz"
-        if part.exists():
-            continue
         lo, hi = c * CHUNK, min((c + 1) * CHUNK, len(ids))
         acc: dict[str, list] = {}
         for b in range(lo, hi, batch_size):
@@ -279,8 +288,11 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
         tmp = part.with_name(part.stem + ".tmp.npz")
         np.savez(tmp, **{k: np.concatenate(v).astype(np.float16) for k, v in acc.items()})
         tmp.replace(part)
-        if progress:
+        if progress and main:
             print(f"[probe] denoiser: {hi}/{len(ids)}", file=sys.stderr)
+    state.wait_for_everyone()  # every part is on disk
+    if not main:
+        return {}
     info = json.loads((parts / "info.json").read_text())
     names, _ = merge_parts(enc_dir, parts, n_chunks, len(ids))
     hooked = sorted(_resolve_steps(at, info["n_steps"]))
@@ -294,6 +306,7 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
             "hooked_steps": hooked,
             "timesteps": {f"t{t:03d}": _timestep_of(info, t) for t in hooked},
             "image_positions": info["image_positions"], "batch_size": batch_size, "truncated": [],
+            "parts": n_chunks, "processes": state.num_processes,  # how it was extracted
             "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names)}
     atomic_write_json(meta_path, meta)
     shutil.rmtree(enc_dir / ".parts", ignore_errors=True)

@@ -63,6 +63,9 @@ class _RecordingTokenizer:
     def __getattr__(self, name):
         return getattr(self._tok, name)
 
+    def __setattr__(self, name, value):  # Sana sets tokenizer.padding_side = "right": it must reach the tokenizer
+        setattr(self._tok, name, value)
+
     def __len__(self):
         return len(self._tok)
 
@@ -105,7 +108,7 @@ def load_text_pipeline(path: str, *, revision: str | None = None, variant: str |
             if not k.startswith("_") and isinstance(v, list)
             and not k.startswith(("text_encoder", "tokenizer", "scheduler"))}
     kw = {"revision": revision, "dtype": getattr(torch, dtype), **skip}
-    if variant:
+    if variant and dtype != "float32":  # as generate.load_pipeline: fp16 files only for a half-precision run
         kw["variant"] = variant
     try:
         pipe = DiffusionPipeline.from_pretrained(path, **kw)
@@ -179,20 +182,34 @@ def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, 
         ids, mask_passed, output = calls[enc]
         proxy = proxies.get(tokenizer_for(enc))
         out.append(_describe(enc, ids, mask_passed, output, proxy, offsets=offsets))
-    _drop_template_prefix(pipe, out)
+    _rows_the_denoiser_sees(pipe, out, kwargs)
     return out, returned
 
 
-def _drop_template_prefix(pipe, calls: list[EncoderCall]) -> None:
-    """A pipeline that drops its chat template's first rows (Qwen-Image: ``e[drop_idx:]``) never shows
-    them to the denoiser: they are not real tokens for eos / mean / slot pooling (families.yaml drop_prefix)."""
-    attr = (pipeline_family(type(pipe).__name__) or {}).get("drop_prefix")
-    if not attr:
-        return
-    k = int(getattr(pipe, attr))
+def _rows_the_denoiser_sees(pipe, calls: list[EncoderCall], kwargs: dict) -> None:
+    """Rows the pipeline drops before the denoiser are not real tokens for eos / mean / slot pooling
+    (families.yaml): ``drop_prefix`` (Qwen-Image: ``e[drop_idx:]``, its chat template's system prefix) and
+    ``select_rows`` (Sana: ``[0] + range(-max_sequence_length + 1, 0)``, most of its instruction prefix)."""
+    fam = pipeline_family(type(pipe).__name__) or {}
+    attr, sel = fam.get("drop_prefix"), fam.get("select_rows")
     for call in calls:
-        call.real[:, :k] = False
-        call.notes.append(f"the first {k} tokens ({attr}: the template prefix) are dropped by the pipeline")
+        before = call.real.sum(1)
+        if attr:
+            k = int(getattr(pipe, attr))
+            call.real[:, :k] = False
+            call.notes.append(f"the first {k} tokens ({attr}: the template prefix) are dropped by the pipeline")
+        if sel:
+            length = call.real.shape[1]
+            last = int(kwargs[sel["last"]]) + int(sel.get("last_offset", 0))
+            keep = call.real.new_zeros(length)
+            keep[: sel["first"]] = True
+            keep[max(length - last, 0):] = True
+            call.real &= keep
+            call.notes.append(f"the pipeline keeps rows [:{sel['first']}] and the last {last} ({sel['last']} "
+                              f"{sel.get('last_offset', 0):+d}): the rest of the instruction prefix is dropped")
+        if (attr or sel) and call.untruncated_lengths is not None:  # counted like `real`, or all read as truncated
+            dropped = (before - call.real.sum(1)).tolist()
+            call.untruncated_lengths = [n - d for n, d in zip(call.untruncated_lengths, dropped)]
 
 
 def _describe(enc: str, ids, mask_passed: bool, output, proxy, *, offsets: bool) -> EncoderCall:

@@ -74,15 +74,19 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     z = (X - np.asarray(probe["mean"])) / np.asarray(probe["scale"])
     risk = 1.0 / (1.0 + np.exp(-(z @ np.asarray(probe["coef"]) + probe["intercept"])))
     seen = set(probe.get("compositions") or [])
+    # which scorer's verdicts labelled the probe's training prompts, per category (t2i_audit.deciding)
+    labels_from = {c: (d or {}).get("scorer") for c, d in (probe.get("labels_from") or {}).items()}
     order = np.argsort(-risk, kind="stable")
     out = [{"rank": r + 1, "prompt_id": prompts[i]["id"], "text": prompts[i]["text"],
             "risk": round(float(risk[i]), 6), "template": prompts[i].get("template"),
             "composition": prompts[i].get("composition"),
             "seen_in_run": (prompts[i].get("composition") or prompts[i]["id"]) in seen,
             "probe": {"encoder": probe["encoder"], "layer": probe["layer"], "pooling": pooling,
-                      "oof_auroc": probe.get("oof_auroc")}}
+                      "oof_auroc": probe.get("oof_auroc"), "labels_from": labels_from}}
            for r, i in enumerate(order)]
     atomic_write_jsonl(Path(out_path), out)
     print(f"[predict] ranked {len(out)} prompts by failure risk -> {out_path} (probe "
-          f"{probe['encoder']}/{key}, out-of-fold AUROC {probe.get('oof_auroc'):.3f})", file=sys.stderr)
+          f"{probe['encoder']}/{key}, out-of-fold AUROC {probe.get('oof_auroc'):.3f}; labels from "
+          f"{', '.join(f'{c}: {n}' for c, n in labels_from.items()) or 'unrecorded (probe fitted before labels_from)'})",
+          file=sys.stderr)
     return out

@@ -21,21 +21,38 @@ PROMPT_LEVEL = ("eos", "mean")  # poolings that describe a whole prompt (slot-* 
 
 
 # --- labels -----------------------------------------------------------------------------------
-def success_rates(rd: RunDir, scorer: str | None = None) -> tuple[dict[str, float], list[str]]:
-    """Per prompt: mean verdict over its samples (and scorers); prompts without one are absent."""
+def label_scorers(rd: RunDir, prompts: Sequence[dict], scorer: str | None = None) -> dict:
+    """Category → the scorer whose verdicts label its prompts: ``scorer`` for all (``--scorer``),
+    else the one rule of :mod:`t2i_audit.deciding` (the run report's deciding scorer)."""
+    from .. import deciding as rule
+
+    cats = sorted({p.get("category") for p in prompts}, key=str)
     if scorer:
-        paths = [rd.scores(scorer)]
-        if not paths[0].exists():
-            have = sorted(p.stem for p in rd.scores_dir.glob("*.jsonl"))
-            raise AuditError(f"{paths[0]}: no scores for scorer {scorer!r} (have: {', '.join(have) or 'none'})")
-    else:
-        paths = sorted(rd.scores_dir.glob("*.jsonl")) if rd.scores_dir.exists() else []
+        if not rd.scores(scorer).exists():
+            have = sorted(p.stem for p in rd.scores_dir.glob("*.jsonl")) if rd.scores_dir.exists() else []
+            raise AuditError(f"{rd.scores(scorer)}: no scores for scorer {scorer!r} (have: {', '.join(have) or 'none'})")
+        return rule.forced(cats, scorer)
+    return rule.deciding_scorers([rd], cats)
+
+
+def success_rates(rd: RunDir, scorer: str | None = None, *,
+                  deciding: dict | None = None) -> tuple[dict[str, float], list[str]]:
+    """Per prompt: mean verdict over its samples, from the scorer deciding the prompt's category
+    (``deciding``, see :func:`label_scorers`; ``scorer`` forces one); prompts without one are
+    absent. Returns the rates and the scorers the labels came from."""
+    prompts = rd.read_prompts()
+    deciding = deciding if deciding is not None else label_scorers(rd, prompts, scorer)
+    cat_of = {p["id"]: p.get("category") for p in prompts}
+    by_cat = {c: d.get("scorer") for c, d in deciding.items()}
+    used = sorted({n for n in by_cat.values() if n})
     votes: dict[str, list[float]] = {}
-    for path in paths:
-        for r in read_jsonl(path):
-            if r.get("kind") == "prompt" and r.get("verdict") is not None:
+    for name in used:
+        path = rd.scores(name)
+        for r in read_jsonl(path) if path.exists() else []:
+            if (r.get("kind") == "prompt" and r.get("verdict") is not None
+                    and by_cat.get(cat_of.get(r["prompt_id"])) == name):
                 votes.setdefault(r["prompt_id"], []).append(float(bool(r["verdict"])))
-    return {k: float(np.mean(v)) for k, v in votes.items()}, [p.stem for p in paths]
+    return {k: float(np.mean(v)) for k, v in votes.items()}, used
 
 
 def slot_targets(prompts: Sequence[dict]) -> dict[str, str]:
@@ -74,7 +91,10 @@ def fit_probes(rd: RunDir, prompts: list[dict], encoders: Sequence[str], *, scor
     linear.check_backend(backend)
     by_id = {p["id"]: p for p in prompts}
     targets = slot_targets(prompts)
-    rates, scorers = success_rates(rd, scorer)
+    deciding = label_scorers(rd, prompts, scorer)
+    rates, scorers = success_rates(rd, deciding=deciding)
+    labels_from = {str(c): {"scorer": d.get("scorer"), "source": d.get("source"), "why": d.get("why")}
+                   for c, d in deciding.items()}
     t0 = time.perf_counter()
     dec_rows, fail_rows, corr_rows = [], [], []
     probe_fits: list[dict] = []
@@ -150,12 +170,16 @@ def fit_probes(rd: RunDir, prompts: list[dict], encoders: Sequence[str], *, scor
     atomic_write_jsonl(rd.probes_dir / "decodability.jsonl", (_clean(r) for r in dec_rows))
     atomic_write_jsonl(rd.probes_dir / "failure.jsonl", (_clean(r) for r in fail_rows))
     atomic_write_jsonl(rd.probes_dir / "correlation.jsonl", (_clean(r) for r in corr_rows))
-    probe_file = _save_failure_probe(rd, recs_by_id=by_id, rates=rates, fits=probe_fits, seed=seed)
-    return _summarize(dec_rows, fail_rows, corr_rows, scorers=scorers, n_labelled=len(rates),
-                      probe_file=probe_file, seconds=time.perf_counter() - t0)
+    probe_file = _save_failure_probe(rd, recs_by_id=by_id, rates=rates, fits=probe_fits, seed=seed,
+                                     labels_from=labels_from)
+    out = _summarize(dec_rows, fail_rows, corr_rows, scorers=scorers, n_labelled=len(rates),
+                     probe_file=probe_file, seconds=time.perf_counter() - t0)
+    out["labels_from"] = labels_from
+    return out
 
 
-def _save_failure_probe(rd: RunDir, *, recs_by_id: dict, rates: dict, fits: list[dict], seed: int):
+def _save_failure_probe(rd: RunDir, *, recs_by_id: dict, rates: dict, fits: list[dict], seed: int,
+                        labels_from: dict | None = None):
     """Refit the text-encoder probe with the best out-of-fold AUROC on all labelled prompts."""
     text_fits = [f for f in fits if f["encoder"] != "denoiser" and f["auroc"] is not None
                  and not math.isnan(f["auroc"])]
@@ -175,7 +199,8 @@ def _save_failure_probe(rd: RunDir, *, recs_by_id: dict, rates: dict, fits: list
              "oof_auroc": best["auroc"], "n": len(rows), "failure_rate": float(failed.mean()),
              "mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist(),
              "coef": lr.coef_[0].tolist(), "intercept": float(lr.intercept_[0]),
-             "compositions": sorted({recs_by_id[ids[i]].get("composition") or ids[i] for i in rows})}
+             "compositions": sorted({recs_by_id[ids[i]].get("composition") or ids[i] for i in rows}),
+             "labels_from": labels_from or {}}
     path = rd.probes_dir / "failure_probe.json"
     atomic_write_json(path, probe)
     return rd.rel(path)
@@ -247,7 +272,11 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
                     poolings=("eos", "mean", "slot"), seed: int = 0, device: str = "cpu",
                     denoiser: bool = False, progress: bool = True, n_splits: int = 5,
                     n_boot: int = 1000, batch_size: int = 32,
-                    timesteps: Sequence[int] | None = None, probe_backend: str = linear.DEFAULT_BACKEND) -> dict:
+                    timesteps: Sequence[int] | None = None, probe_backend: str = linear.DEFAULT_BACKEND,
+                    state=None) -> dict:
+    """Extraction on every Accelerate process (each its share of chunks, on its own device), then
+    fitting and summary on the main process, which alone returns the probes (``{}`` elsewhere)."""
+    from ..processes import process_state, rank_device, share_cpu
     from .activations import extract_text_activations
 
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
@@ -256,21 +285,28 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
     if not prompts:
         raise AuditError(f"{rd.prompts}: no prompts")
     t0 = time.perf_counter()
-    rd.update_stage("probe", status="running", model=model, seed=seed)
+    state = state or process_state(device)
+    share_cpu(state, device)
+    if state.is_main_process:
+        rd.update_stage("probe", status="running", model=model, seed=seed, world_size=state.num_processes)
     if isinstance(poolings, str):
         poolings = tuple(p.strip() for p in poolings.split(",") if p.strip())
     metas = extract_text_activations(prompts, rd.activations_dir, model, layers=layers,
-                                     poolings=poolings, device=device, batch_size=batch_size,
-                                     progress=progress)
+                                     poolings=poolings, device=rank_device(state, device), batch_size=batch_size,
+                                     progress=progress, state=state)
     t_extract = time.perf_counter() - t0
     encoders = list(metas)
     if denoiser:
         from .denoiser import extract_denoiser_activations
 
-        extract_denoiser_activations(rd, model, device=device, timesteps=timesteps, progress=progress)
+        extract_denoiser_activations(rd, model, device=rank_device(state, device), timesteps=timesteps,
+                                     progress=progress, state=state)
         encoders.append("denoiser")
-    fit_key = _fit_key(rd, metas, encoders, scorer=scorer, seed=seed, n_splits=n_splits, n_boot=n_boot,
-                       backend=probe_backend)
+    if not state.is_main_process:  # fitting is batched in torch and fast: the main process alone
+        return {}
+    labels = {str(c): d.get("scorer") for c, d in label_scorers(rd, prompts, scorer).items()}
+    fit_key = _fit_key(rd, metas, encoders, scorer=scorer, labels=labels, seed=seed, n_splits=n_splits,
+                       n_boot=n_boot, backend=probe_backend)
     old = _read_summary(rd).get("probes") or {}
     if old.get("fit_key") == fit_key and all((rd.root / f).exists() for f in old.get("files", [])):
         rd.update_stage("probe", status="done", n_prompts=len(prompts), encoders=encoders,

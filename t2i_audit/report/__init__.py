@@ -8,8 +8,8 @@ Run report outputs (``RUN/report/`` unless ``out_dir``):
 
 * ``index.html``; ``thumbs/<sha[:2]>/<sha>.jpg``;
 * ``results.parquet`` / ``results.csv``: one row per image × question, with for each scorer
-  ``<scorer>.verdict``, ``<scorer>.value``, ``<scorer>.image_verdict`` and ``verdict`` (the
-  headline scorer's);
+  ``<scorer>.verdict``, ``<scorer>.value``, ``<scorer>.image_verdict``, ``verdict`` (that of the
+  scorer deciding the row's category, :mod:`t2i_audit.deciding`) and ``decided_by`` (its name);
 * ``summary.json`` key ``"report"`` (read-modify-write; other keys are left as found);
 * ``manifest.json`` stage ``"report"``.
 """
@@ -59,6 +59,8 @@ def _summary_payload(ctx: dict, data, out: Path, rd: RunDir, table: dict, second
         index = str(out / "index.html")
     return {
         "index": index, "scorer": data.scorer, "scorers": sorted(data.scorers),
+        "deciding": {str(c): {k: d.get(k) for k in ("scorer", "source", "agreement", "why")}
+                     for c, d in data.deciding.items()},
         "images": ctx["n_images"], "scored": ctx["n_scored"], "flagged": ctx["n_flagged"],
         "overall": clean(h["overall"]) if h else None,
         "by_category": {c["category"]: clean(c) for c in h["categories"]} if h else {},
@@ -76,7 +78,8 @@ def _summary_payload(ctx: dict, data, out: Path, rd: RunDir, table: dict, second
 def render_report(run_dir, *, out_dir=None, progress: bool = True, scorer: str | None = None) -> Path:
     """Render ``RUN/report/index.html`` (or into ``out_dir``); returns the path of index.html.
 
-    ``scorer`` picks the scorer the headline uses (default: the one with most image verdicts).
+    ``scorer`` forces the scorer of every category; by default each category is decided by the
+    scorer with the best measured agreement (:func:`t2i_audit.deciding.deciding_scorers`).
     Updates ``summary.json["report"]`` and the manifest's ``report`` stage.
     """
     from .html import build_context, render

@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 
 from .. import analysis
+from .. import deciding as rule
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, atomic_write_text
 from .html import render, static_assets
-from .tables import choose_scorer, load_run, write_tables
+from .tables import choose_scorer, decided_by_category, load_run, write_tables
 from .thumbs import Thumbs
 
 ALPHA = 0.05
@@ -37,19 +38,27 @@ def _labels(runs) -> list[str]:
     return [f"{lab} #{i + 1}" if out.count(lab) > 1 else lab for i, lab in enumerate(out)]
 
 
-def _common_scorer(runs, wanted: str | None) -> str:
-    names = [set(r.scorers) for r in runs]
-    common = set.intersection(*names) if names else set()
+def _deciding(runs, wanted: str | None) -> dict:
+    """The scorer deciding each category: ``wanted`` everywhere, or the one rule of
+    :mod:`t2i_audit.deciding` on the union of the runs' evidence (the run reports use the same)."""
+    cats = sorted({p.get("category") for r in runs for p in r.prompts.values()}, key=str)
     if wanted is not None:
         for r in runs:
             choose_scorer(r.scorers, wanted, r.rd.scores_dir)  # raises with did-you-mean
-        return wanted
-    if not common:
+        return rule.forced(cats, wanted)
+    names = [set(r.scorers) for r in runs]
+    if not (set.intersection(*names) if names else set()):
         detail = "; ".join(f"{r.rd.root}: {', '.join(sorted(r.scorers)) or 'none'}" for r in runs)
         raise AuditError(f"no scorer has scored every run ({detail}); run the same scorer on each")
-    votes = {n: sum(sum(v[0] is not None for v in r.scorers[n].prompts.values()) for r in runs)
-             for n in common}
-    return sorted(common, key=lambda n: (-votes[n], n))[0]
+    return rule.deciding_scorers([r.rd for r in runs], cats,
+                                 decided=[decided_by_category(r.prompts, r.scorers) for r in runs])
+
+
+def _image_counts(run) -> dict:
+    counts: dict = {}
+    for c in run.images_df["category"] if len(run.images_df) else []:
+        counts[c] = counts.get(c, 0) + 1
+    return counts
 
 
 def _keyed(run, by_text: bool) -> dict:
@@ -68,8 +77,9 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
         raise AuditError(f"compare needs at least two runs, got {len(run_dirs)}")
     run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
     runs = [load_run(d) for d in run_dirs]
-    scorer = _common_scorer(runs, scorer)
-    runs = [load_run(d, scorer) for d in run_dirs]
+    deciding = _deciding(runs, scorer)
+    runs = [load_run(d, deciding=deciding) for d in run_dirs]
+    scorer = rule.primary(deciding, _image_counts(runs[0]))
     labels = _labels(runs)
     suites = [r.suites for r in runs]
     different = any(s != suites[0] for s in suites[1:])
@@ -93,7 +103,9 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
             if all(r["verdict"] is not None for r in rows):
                 pairs.append((key, s, rows))
     if not pairs:
-        raise AuditError(f"no image has a {scorer!r} verdict in every run; score the runs first")
+        chosen = ", ".join(f"{c}: {d['scorer']}" for c, d in deciding.items())
+        raise AuditError(f"no image has a verdict in every run from the scorer deciding its category "
+                         f"({chosen}); score the runs first")
     p0 = {key: keyed[0][key]["prompt"] for key in shared_keys}
     pair_df = pd.DataFrame([{"key": key, "sample": s, "prompt": p0[key].get("text"),
                              "category": p0[key].get("category"), "template": p0[key].get("template"),
@@ -149,7 +161,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
         cells = []
         for run, lab, r in zip(runs, labels, rows):
             path = run.rd.root / r["path"]
-            sd = run.scorers[scorer]
+            sd = run.scorers[run.scorer_of(p0[key].get("category"))]
             qs = [{"text": q.get("text"),
                    "verdict": sd.questions.get((r["prompt_id"], s, q.get("id")), (None,))[0]}
                   for q in run.prompts[r["prompt_id"]].get("questions", [])]
@@ -171,7 +183,10 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
         note = (f"Runs are of different suites; only the {len(shared_keys)} prompts they share "
                 f"(matched by template and prompt text) are compared — of "
                 + ", ".join(f"{n} in {lab}" for n, lab in zip(n_all, labels)) + ".")
+    deciding_out = {str(c): {k: d.get(k) for k in ("scorer", "source", "agreement", "why")}
+                    for c, d in deciding.items()}
     summary = {"models": labels, "runs": [str(r.rd.root) for r in runs], "scorer": scorer,
+               "deciding": deciding_out,
                "suites": suites, "different_suites": different, "shared_prompts": len(shared_keys),
                "paired_images": len(pairs), "disagreements": len(disagree),
                "correction": "holm", "alpha": ALPHA, "n_boot": N_BOOT, "seed": seed,
@@ -179,7 +194,10 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
                "differences": [d for d in diffs if d["group"] == "overall"], "tables": tables,
                "note": note}
     atomic_write_json(out / "compare.json", summary)
+    used = set(pair_df["category"])
     ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note,
+           "deciding": rule.table({c: d for c, d in deciding.items() if c in used}),
+           "verdict_sources": sorted({d["scorer"] for c, d in deciding.items() if c in used and d.get("scorer")}),
            "runs": [{"label": lab, "root": r.rd.root.name, "suites": ", ".join(s)}
                     for lab, r, s in zip(labels, runs, suites)],
            "shared": len(shared_keys), "paired": len(pairs), "ranking": ranking,

@@ -191,7 +191,7 @@ def gallery(data: RunData, thumbs: Thumbs, out_dir: Path, progress: bool) -> dic
             "text": r["text"], "category": r["category"], "template": r["template"],
             "comp": f"{cr['k']}/{cr['n']}", "comp_rate": cr["rate"],
             "failure_types": r["failure_types"], "failures": r["failures"],
-            "questions": _qverdicts(data, data.scorer, r["prompt_id"], r["sample"]),
+            "questions": _qverdicts(data, data.scorer_of(r["category"]), r["prompt_id"], r["sample"]),
             "concepts": _concepts_of(p), "twin": twin,
             "thumb": thumbs.ensure(data.rd.root / r["path"], r["sha256"]),
             "href": _rel(data.rd.root / r["path"], out_dir)})
@@ -224,7 +224,8 @@ def scorer_section(data: RunData, thumbs: Thumbs, out_dir: Path) -> dict:
     rates = []
     for n in names:
         r = _records(analysis.rate_table(im, None, verdict=f"verdict:{n}"))[0]
-        r.update(name=n, model=data.scorers[n].model, primary=(n == data.scorer))
+        r.update(name=n, model=data.scorers[n].model,
+                 primary=any(d.get("scorer") == n for d in data.deciding.values()))
         rates.append(r)
     pairs, disagreements = [], []
     for i, a in enumerate(names):
@@ -286,6 +287,8 @@ def build_context(data: RunData, out_dir: Path, thumbs: Thumbs, progress: bool =
     return {
         "title": f"{data.model} · {', '.join(data.suites)}",
         "model": data.model, "suites": data.suites, "scorer": data.scorer,
+        "deciding": deciding_rows(data),
+        "verdict_sources": sorted({d["scorer"] for d in data.deciding.values() if d.get("scorer")}),
         "run_name": data.rd.root.name,
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "n_prompts": len(data.prompts), "n_images": len(im),
@@ -302,6 +305,14 @@ def build_context(data: RunData, out_dir: Path, thumbs: Thumbs, progress: bool =
         "manifest": manifest_section(data),
         **static_assets(),
     }
+
+
+def deciding_rows(data: RunData) -> list[dict]:
+    """Which scorer decided each category of this run, and why (t2i_audit.deciding)."""
+    from ..deciding import table
+
+    cats = set(data.images_df["category"]) if len(data.images_df) else set(data.deciding)
+    return table({c: d for c, d in sorted(data.deciding.items(), key=lambda kv: str(kv[0])) if c in cats})
 
 
 def render(template: str, ctx: dict) -> str:

@@ -34,9 +34,14 @@ class RunData:
     prompts: dict                 # id -> PromptRecord (in file order)
     images: list                  # ImageRecords
     scorers: dict                 # name -> ScorerData
-    scorer: str | None            # the primary scorer the headline uses
+    scorer: str | None            # the scorer deciding the most images (one name for summaries)
     images_df: pd.DataFrame       # one row per image
     questions_df: pd.DataFrame    # one row per image × question
+    deciding: dict = field(default_factory=dict)  # category -> t2i_audit.deciding entry
+
+    def scorer_of(self, category) -> str | None:
+        """The scorer whose verdicts decide images of ``category``."""
+        return (self.deciding.get(category) or {}).get("scorer")
 
     @property
     def model(self) -> str:
@@ -93,7 +98,24 @@ def choose_scorer(scorers: dict, wanted: str | None, where: Path) -> str | None:
     return sorted(scorers, key=lambda n: (-decided[n], n))[0]
 
 
-def load_run(run_dir, scorer: str | None = None) -> RunData:
+def decided_by_category(prompts: dict, scorers: dict) -> dict:
+    """{scorer: {category: prompt verdicts given}}, the counts t2i_audit.deciding weighs."""
+    out: dict = {}
+    for name, sd in scorers.items():
+        counts = out.setdefault(name, {})
+        for (pid, _), (v, _) in sd.prompts.items():
+            p = prompts.get(pid)
+            if p is not None and v is not None:
+                counts[p.get("category")] = counts.get(p.get("category"), 0) + 1
+    return out
+
+
+def load_run(run_dir, scorer: str | None = None, deciding: dict | None = None) -> RunData:
+    """Read a run. The verdict of an image comes from the scorer deciding its category
+    (:func:`t2i_audit.deciding.deciding_scorers` on this run's evidence, or ``deciding`` as
+    given, e.g. by ``compare`` over several runs); ``scorer`` forces one for every category."""
+    from .. import deciding as rule
+
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     if not rd.root.is_dir():
         raise AuditError(f"{rd.root}: run directory does not exist")
@@ -104,14 +126,26 @@ def load_run(run_dir, scorer: str | None = None) -> RunData:
     if rd.scores_dir.is_dir():
         for path in sorted(rd.scores_dir.glob("*.jsonl")):
             scorers[path.stem] = read_scorer(path, shas)
-    primary = choose_scorer(scorers, scorer, rd.scores_dir)
-    images_df = _images_frame(prompts, images, scorers, primary)
-    questions_df = _questions_frame(prompts, images, scorers, primary)
+    categories = {p.get("category") for p in prompts.values()}
+    if scorer is not None:
+        choose_scorer(scorers, scorer, rd.scores_dir)  # raises with a did-you-mean
+        deciding = rule.forced(sorted(categories, key=str), scorer)
+    elif deciding is None:
+        deciding = rule.deciding_scorers([rd], categories, decided=[decided_by_category(prompts, scorers)])
+    by_cat = {c: (deciding.get(c) or {}).get("scorer") for c in categories}
+    by_cat = {c: n if n in scorers else None for c, n in by_cat.items()}
+    weights: dict = {}
+    for im in images:
+        c = (prompts.get(im["prompt_id"]) or {}).get("category")
+        weights[c] = weights.get(c, 0) + 1
+    primary = scorer or rule.primary({c: {"scorer": n} for c, n in by_cat.items()}, weights)
+    images_df = _images_frame(prompts, images, scorers, by_cat)
+    questions_df = _questions_frame(prompts, images, scorers, by_cat)
     return RunData(rd, rd.read_manifest(), _read_json(rd.summary), prompts, images, scorers,
-                   primary, images_df, questions_df)
+                   primary, images_df, questions_df, deciding)
 
 
-def _images_frame(prompts, images, scorers, primary) -> pd.DataFrame:
+def _images_frame(prompts, images, scorers, by_cat: dict) -> pd.DataFrame:
     rows = []
     for im in images:
         p = prompts.get(im["prompt_id"])
@@ -125,6 +159,7 @@ def _images_frame(prompts, images, scorers, primary) -> pd.DataFrame:
                "template": p.get("template"), "text": p.get("text"),
                "composition": p.get("composition"), "split": p.get("split"),
                "twin": p.get("twin")}
+        primary = by_cat.get(p.get("category"))
         for name, sd in scorers.items():
             v, fails = sd.prompts.get(key, (None, []))
             if flagged:
@@ -134,16 +169,17 @@ def _images_frame(prompts, images, scorers, primary) -> pd.DataFrame:
                 row["verdict"] = v
                 row["failures"] = fails
                 row["failure_types"] = sorted({f.get("type") for f in fails if f.get("type")})
-        if primary is None:
+        if primary is None:  # no scorer decides this category
             row.update(verdict=None, failures=[], failure_types=[])
+        row["decided_by"] = primary
         rows.append(row)
     cols = ["prompt_id", "sample", "seed", "sha256", "path", "flags", "category", "template",
-            "text", "composition", "split", "twin", "verdict", "failures", "failure_types"]
+            "text", "composition", "split", "twin", "verdict", "failures", "failure_types", "decided_by"]
     df = pd.DataFrame(rows, columns=cols + [f"verdict:{n}" for n in scorers])
     return df.astype({"verdict": object})
 
 
-def _questions_frame(prompts, images, scorers, primary) -> pd.DataFrame:
+def _questions_frame(prompts, images, scorers, by_cat: dict) -> pd.DataFrame:
     rows = []
     for im in images:
         p = prompts.get(im["prompt_id"])
@@ -153,6 +189,7 @@ def _questions_frame(prompts, images, scorers, primary) -> pd.DataFrame:
         names = {o["id"]: o.get("name") for o in p.get("objects", [])}
         flags = ",".join(im.get("flags") or [])
         img_v = {n: (None if flags else sd.prompts.get(key, (None, []))[0]) for n, sd in scorers.items()}
+        primary = by_cat.get(p.get("category"))
         for q in p.get("questions", []):
             row = {"prompt_id": key[0], "sample": key[1], "seed": im.get("seed"),
                    "image_sha256": im.get("sha256"), "image_path": im.get("path"), "flags": flags,
@@ -174,6 +211,7 @@ def _questions_frame(prompts, images, scorers, primary) -> pd.DataFrame:
                 row[f"{name}.value"] = val
                 row[f"{name}.image_verdict"] = img_v[name]
             row["verdict"] = row.get(f"{primary}.verdict") if primary else None
+            row["decided_by"] = primary
             rows.append(row)
     return pd.DataFrame(rows)
 

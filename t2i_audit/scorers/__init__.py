@@ -21,12 +21,28 @@ from .registry import create_scorer, get_card, load_cards  # noqa: F401
 if TYPE_CHECKING:
     from ..rundir import RunDir
 
-# categories (PromptRecord.category) → extra scorers on top of clip + vqa-blip
-_CATEGORY_SCORERS = {
-    "spatial": ["detect-owlv2"], "counting": ["detect-owlv2"], "count": ["detect-owlv2"],
-    "position": ["detect-owlv2"], "color_binding": ["detect-owlv2"], "colors": ["detect-owlv2"],
-    "color": ["detect-owlv2"],
-}
+# Defaults per category follow published agreement with people (README "Scorers"): detection for
+# counts and positions (GenEval: its detector rules agree with human judgement), a VLM judge for
+# attributes, bindings, relations and actions (VQAScore, GenEval 2's Soft-TIFA beat CLIPScore and
+# detection there). CLIP stays registered (`--scorer clip`) but is never a default.
+VLM_JUDGE = "qwen3-vl-8b"
+DETECTOR = "geneval"
+DETECTOR_FALLBACK = "detect-owlv2"  # the same GenEval rules on OWLv2 boxes, while no geneval card exists
+# tiny model cards (random weights, offline) default to the tiny scorers of the same kinds
+TINY_VLM_JUDGE = "tiny-qwen3-vl"
+TINY_DETECTOR = "tiny-detect"
+
+
+def category_default(category: str, cards: dict | None = None, *, tiny: bool = False) -> str:
+    """The default scorer for one prompt category (see :mod:`t2i_audit.deciding` for the aspects)."""
+    from ..deciding import is_detection_category
+
+    if not is_detection_category(category):
+        return TINY_VLM_JUDGE if tiny else VLM_JUDGE
+    if tiny:
+        return TINY_DETECTOR
+    cards = load_cards() if cards is None else cards
+    return DETECTOR if DETECTOR in cards else DETECTOR_FALLBACK
 
 
 def list_scorers(extra_cards: Iterable[str] = ()) -> list[dict]:
@@ -47,17 +63,17 @@ def list_scorers(extra_cards: Iterable[str] = ()) -> list[dict]:
     return out
 
 
-def default_scorers(categories: set[str]) -> list[str]:
-    """``clip`` and ``vqa-blip`` always; ``detect-owlv2`` where positions, counts or colours of
-    objects are asked (categories containing spatial/count/position/color)."""
-    names = ["clip", "vqa-blip"]
+def default_scorers(categories: set[str], *, tiny: bool = False) -> list[str]:
+    """One scorer per kind of category: ``qwen3-vl-8b`` (a VLM judge) for attributes, bindings,
+    relations and actions; ``geneval`` (detection; ``detect-owlv2`` if no geneval card is
+    registered) for counts and positions. ``tiny``: the tiny random scorers of the same kinds,
+    which build offline (for tiny model cards)."""
+    cards = None if tiny else load_cards()
+    names: list[str] = []
     for cat in sorted(categories or ()):
-        extra = _CATEGORY_SCORERS.get(cat)
-        if extra is None and any(k in cat for k in ("spatial", "count", "position", "color")):
-            extra = ["detect-owlv2"]
-        for n in extra or []:
-            if n not in names:
-                names.append(n)
+        n = category_default(cat, cards, tiny=tiny)
+        if n not in names:
+            names.append(n)
     return names
 
 

@@ -58,7 +58,9 @@ def register(app: typer.Typer) -> None:
         if not rd.root.is_dir():
             raise AuditError(f"{rd.root}: run directory not found")
         names = list(scorer or default_scorers({p.get("category", "") for p in rd.read_prompts()}))
-        with RunLock(rd.root):
+        import os
+
+        with RunLock(rd.root, int(os.environ.get("RANK", 0))):  # one lock per accelerate process
             counts = run_score_stage(rd, names, device=device, batch_size=batch_size, progress=progress,
                                      overrides=parse_sets(set_, model), extra_cards=[str(c) for c in card or []])
         for name, c in counts.items():

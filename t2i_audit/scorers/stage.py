@@ -9,6 +9,11 @@ image, changed card) are dropped by an atomic rewrite before scoring starts, the
 A separate answer cache would hold the same raw values these records already hold, keyed
 the same way (model + revision + image sha256 + question); changing only a threshold is what
 ``calibrate`` is for and needs no model call.
+
+Several processes (``accelerate launch``): batches are split between them, each appends to its
+own ``scores/shards/<scorer>.rank<r>.jsonl``, and the main process folds the shards (and any a
+killed run left) into ``scores/<scorer>.jsonl`` in images.jsonl order — the bytes a single
+process writes. A kill loses at most each process's batch in flight.
 """
 
 from __future__ import annotations
@@ -37,33 +42,70 @@ def _image_key(rec: Mapping) -> tuple[str, int]:
     return (rec["prompt_id"], int(rec.get("sample", 0)))
 
 
-def compact_scores(path: Path, scorer: Scorer, images: Mapping[tuple, dict]) -> set[tuple]:
-    """Drop unfinished/stale images' records from ``path``; return keys of finished images."""
-    repair_jsonl(path)
-    records = read_jsonl(path)
+def shard_path(rd: RunDir, scorer: str, rank: int) -> Path:
+    """Where Accelerate process ``rank`` appends its records when several processes score."""
+    return rd.scores_dir / "shards" / f"{scorer}.rank{rank}.jsonl"
+
+
+def score_shards(rd: RunDir, scorer: str) -> list[Path]:
+    """Every process's shard of ``scorer`` (of any process count), by rank."""
+    found = (rd.scores_dir / "shards").glob(f"{scorer}.rank*.jsonl")
+    return sorted(found, key=lambda p: int(p.name[len(scorer) + 5:-6]) if p.name[len(scorer) + 5:-6].isdigit() else -1)
+
+
+def _by_image(records: Iterable[dict]) -> dict[tuple, list[dict]]:
     by_key: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         by_key[_image_key(r)].append(r)
-    done, keep, dropped = set(), [], 0
-    for key, recs in by_key.items():
-        img = images.get(key)
-        prompt = [r for r in recs if r.get("kind") == "prompt"]
-        if img is None:  # not (or no longer) in images.jsonl: leave it alone
-            keep.extend(recs)
-            continue
-        ok = len(prompt) == 1 and all(
-            (prompt[0].get("image_sha256") == img.get("sha256"),
-             prompt[0].get("scorer_model") == scorer.model_id,
-             prompt[0].get("scorer_revision") == scorer.revision,
-             (prompt[0].get("extra") or {}).get("card_hash") == scorer.fingerprint))
-        if ok:
-            done.add(key)
-            keep.extend(recs)
-        else:
-            dropped += len(recs)
-    if dropped:
-        atomic_write_jsonl(path, keep)
-    return done
+    return by_key
+
+
+def _finished(recs: list[dict], img: Mapping, scorer: Scorer) -> bool:
+    """An image's records are finished and current: one prompt record, same image and card."""
+    prompt = [r for r in recs if r.get("kind") == "prompt"]
+    return len(prompt) == 1 and all(
+        (prompt[0].get("image_sha256") == img.get("sha256"),
+         prompt[0].get("scorer_model") == scorer.model_id,
+         prompt[0].get("scorer_revision") == scorer.revision,
+         (prompt[0].get("extra") or {}).get("card_hash") == scorer.fingerprint))
+
+
+def compact_scores(path: Path, scorer: Scorer, images: Mapping[tuple, dict],
+                   shards: Sequence[Path] = ()) -> set[tuple]:
+    """Fold ``shards`` into ``path``, drop unfinished/stale images' records; return finished keys.
+
+    The file is rewritten in one canonical order — images in ``images`` (images.jsonl) order,
+    each image's records as its scorer wrote them, then records of images no longer listed
+    (left alone) — so any process count, batch split or resume gives the same bytes. Shards are
+    deleted once folded (a kill between the rewrite and the deletion leaves duplicates that the
+    next fold drops: the first finished group of an image wins). Main process only.
+    """
+    sources = [Path(path), *shards]
+    chosen: dict[tuple, list[dict]] = {}
+    unknown: list[dict] = []
+    before: list[dict] = []
+    for i, src in enumerate(sources):
+        repair_jsonl(src)
+        records = read_jsonl(src)
+        if i == 0:
+            before = records
+        for key, recs in _by_image(records).items():
+            if key not in images:  # not (or no longer) in images.jsonl: leave it alone
+                unknown.extend(recs)
+            elif key not in chosen and _finished(recs, images[key], scorer):
+                chosen[key] = recs
+    merged = [r for key in images if key in chosen for r in chosen[key]] + unknown
+    if merged != before:
+        atomic_write_jsonl(path, merged)
+    for shard in shards:
+        shard.unlink(missing_ok=True)
+    return set(chosen)
+
+
+def finished_keys(path: Path, scorer: Scorer, images: Mapping[tuple, dict]) -> set[tuple]:
+    """Finished keys of a compacted file (what every process reads after the main one folded)."""
+    return {key for key, recs in _by_image(read_jsonl(path)).items()
+            if key in images and _finished(recs, images[key], scorer)}
 
 
 def _decode(run_dir: RunDir, rec: Mapping):
@@ -100,13 +142,23 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                     batch_size: int = 16, progress: bool = True,
                     overrides: Mapping[str, dict] | None = None,
                     extra_cards: Iterable[str | Path] = (),
-                    instances: Sequence[Scorer] | None = None) -> dict:
-    """Score every image of ``run_dir`` with each scorer; returns counts per scorer.
+                    instances: Sequence[Scorer] | None = None, state=None) -> dict:
+    """Score every image of ``run_dir`` with each scorer; returns counts per scorer (main process;
+    ``{}`` on the others).
 
     ``overrides`` maps scorer name → a partial card merged into its card (e.g.
     ``{"clip": {"model": {"id": "/models/clip"}}}``). ``instances`` passes ready scorer
     objects instead of names (tests, notebooks).
+
+    Under ``accelerate launch`` / ``torchrun`` the batches are split between processes (contiguous
+    shares, as generation splits images): each appends to ``scores/shards/<scorer>.rank<r>.jsonl``
+    after each batch and the main process folds the shards into ``scores/<scorer>.jsonl``, in the
+    order a single process writes, batches cut at the same images — so the records are the ones a
+    single process computes, even where a kernel's result depends on the batch. A single process
+    appends to ``scores/<scorer>.jsonl`` directly.
     """
+    from ..processes import gather, process_state, rank_device, share_cpu
+
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     if not rd.root.is_dir():
         raise AuditError(f"{rd.root}: run directory not found")
@@ -120,35 +172,49 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
         if rec["prompt_id"] not in prompts:
             raise AuditError(f"{rd.images}: image {rec.get('path')} refers to prompt "
                              f"{rec['prompt_id']!r}, which is not in {rd.prompts}")
+    dev = resolve_device(device)
+    state = state or process_state(dev)
+    main, rank, world = state.is_main_process, state.process_index, state.num_processes
+    dev = rank_device(state, dev)
+    share_cpu(state, dev)
     if instances is None:
         if not scorers:
             raise AuditError("no scorer given (see `t2i-audit scorers`)")
-        dev = resolve_device(device)
         cards = load_cards(extra_cards)
         instances = [create_scorer(n, device=dev, cards=cards,
                                    overrides=(overrides or {}).get(n)) for n in scorers]
     by_key = {_image_key(r): r for r in images}
-    rd.scores_dir.mkdir(parents=True, exist_ok=True)
-    rd.update_stage("score", status="running", running=[s.name for s in instances])
+    if main:
+        rd.scores_dir.mkdir(parents=True, exist_ok=True)
+        rd.update_stage("score", status="running", running=[s.name for s in instances], world_size=world)
+        for s in instances:  # leftovers of a killed run, of any process count, are folded first
+            compact_scores(rd.scores(s.name), s, by_key, score_shards(rd, s.name))
+    state.wait_for_everyone()  # everyone reads the same compacted files before anyone appends
+    out_path = {s.name: rd.scores(s.name) if world == 1 else shard_path(rd, s.name, rank) for s in instances}
     todo: dict[str, set] = {}
     counts: dict[str, dict] = {}
     for s in instances:
-        done = compact_scores(rd.scores(s.name), s, by_key)
+        done = finished_keys(rd.scores(s.name), s, by_key)
         todo[s.name] = {k for k in by_key if k not in done}
         counts[s.name] = {"images": len(by_key), "resumed": len(by_key) - len(todo[s.name]),
                           "scored": 0, "excluded": 0, "passed": 0, "failed": 0, "undecided": 0,
                           "truncated": 0, "records": 0, "seconds": 0.0, "load_seconds": 0.0, "failures": {},
                           "model": s.model_id, "revision": s.revision}
     pending = [r for r in images if any(_image_key(r) in t for t in todo.values())]
+    step = max(1, batch_size)
+    batches = [pending[i:i + step] for i in range(0, len(pending), step)]
+    with state.split_between_processes(batches) as share:
+        mine = list(share)
+    assigned = {s.name: sum(_image_key(r) in todo[s.name] for b in mine for r in b) for s in instances}
     bar = None
-    if progress and pending:
+    if progress and main and mine:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(pending), desc="score", unit="img")
+        bar = tqdm(total=sum(map(len, mine)), desc="score" if world == 1 else f"score (1 of {world} processes)",
+                   unit="img")
     t_stage = time.perf_counter()
     broken: dict[str, str] = {}  # scorer name -> the error that stopped it
-    for start in range(0, len(pending), max(1, batch_size)):
-        chunk = pending[start:start + batch_size]
+    for chunk in mine:
         items = []
         for rec in chunk:  # each image decoded once, shared by all scorers
             prompt = prompts[rec["prompt_id"]]
@@ -158,10 +224,10 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                 img, path = _decode(rd, rec)
                 items.append(ScoreItem(prompt, rec, img, path))
         for s in instances:
-            mine = [it for it in items if it.key in todo[s.name]]
-            if not mine or s.name in broken:
+            todo_here = [it for it in items if it.key in todo[s.name]]
+            if not todo_here or s.name in broken:
                 continue
-            live = [it for it in mine if not it.flags]
+            live = [it for it in todo_here if not it.flags]
             if live and not s._loaded:
                 t_load = time.perf_counter()
                 s.load()
@@ -177,12 +243,12 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                 # Nothing of this batch is written, so a rerun retries exactly these images.
                 broken[s.name] = f"{type(e).__name__}: {e}"
                 counts[s.name]["error"] = broken[s.name]
-                counts[s.name]["skipped"] = len(todo[s.name]) - counts[s.name]["scored"] - counts[s.name]["excluded"]
+                counts[s.name]["skipped"] = assigned[s.name] - counts[s.name]["scored"] - counts[s.name]["excluded"]
                 continue
             out = []
-            for it in mine:
+            for it in todo_here:
                 out.extend(s.excluded_records(it) if it.flags else results[it.key])
-            append_jsonl(rd.scores(s.name), out)
+            append_jsonl(out_path[s.name], out)
             c = counts[s.name]
             c["seconds"] += time.perf_counter() - t0
             c["scored"] += len(live)
@@ -192,6 +258,14 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
             bar.update(len(chunk))
     if bar is not None:
         bar.close()
+    state.wait_for_everyone()  # every shard is complete
+    every = gather(state, counts)
+    if not main:
+        return {}
+    for s in instances:  # the shards become scores/<scorer>.jsonl, in images.jsonl order
+        compact_scores(rd.scores(s.name), s, by_key, score_shards(rd, s.name))
+    counts = _sum_counts(every)
+    broken = {name: c["error"] for name, c in counts.items() if "error" in c}
     for c in counts.values():
         c["seconds"] = round(c["seconds"], 3)
         c["records_per_s"] = round(c["records"] / c["seconds"], 1) if c["seconds"] > 0 else None
@@ -203,5 +277,33 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
     rd.update_stage("score", status="done_with_errors" if broken else "done", scorers=merged, running=[],
                     errors=broken,
                     seconds=round(time.perf_counter() - t_stage, 3),
-                    device=instances[0].device if instances else device)
+                    device=instances[0].device if instances else device, world_size=world)
     return counts
+
+
+_ADDED = ("scored", "excluded", "passed", "failed", "undecided", "truncated", "records", "seconds", "skipped")
+
+
+def _sum_counts(per_rank: Sequence[dict]) -> dict:
+    """One process's counts per scorer, from every process's: work counts add up, the scorer's
+    load time is the slowest process's, its error the first process's that hit one."""
+    out: dict[str, dict] = {}
+    for counts in per_rank:
+        for name, c in counts.items():
+            if name not in out:
+                out[name] = {**c, "failures": dict(c["failures"])}
+                continue
+            o = out[name]
+            for k in _ADDED:
+                if k in c:
+                    o[k] = o.get(k, 0) + c[k]
+            for f, n in c["failures"].items():
+                o["failures"][f] = o["failures"].get(f, 0) + n
+            o["load_seconds"] = max(o["load_seconds"], c["load_seconds"])
+            for k in ("applied", "error"):
+                if k in c and k not in o:
+                    o[k] = c[k]
+    for o in out.values():
+        if "error" in o:
+            o.setdefault("skipped", 0)
+    return out

@@ -247,9 +247,32 @@ def grounding_dino_model(folder: Path) -> dict:
     return {"id": str(folder), "local": True, "revision": "tiny"}
 
 
+def mask2former_model(folder: Path) -> dict:
+    """Mask2Former (tiny Swin backbone) with GenEval's 80 COCO instance classes, 10 queries."""
+    import torch
+    from transformers import (Mask2FormerConfig, Mask2FormerForUniversalSegmentation,
+                              Mask2FormerImageProcessor)
+
+    from .geneval import COCO_CLASSES
+
+    torch.manual_seed(0)
+    stages = ["stage1", "stage2", "stage3", "stage4"]
+    cfg = Mask2FormerConfig(
+        backbone_config=dict(model_type="swin", image_size=64, patch_size=4, embed_dim=8, depths=[1, 1, 1, 1],
+                             num_heads=[1, 1, 1, 1], window_size=2, out_features=stages),
+        feature_size=32, mask_feature_size=32, hidden_dim=32,  # the pixel decoder's GroupNorm has 32 groups
+        encoder_feedforward_dim=16, dim_feedforward=16, encoder_layers=1, decoder_layers=2,
+        num_attention_heads=2, num_queries=10,
+        id2label=dict(enumerate(COCO_CLASSES)), label2id={n: i for i, n in enumerate(COCO_CLASSES)})
+    Mask2FormerForUniversalSegmentation(cfg).save_pretrained(folder)
+    Mask2FormerImageProcessor(size={"shortest_edge": 64, "longest_edge": 64}).save_pretrained(folder)
+    return {"id": str(folder), "local": True, "revision": "tiny"}
+
+
 KINDS = {"open_clip": open_clip_model, "clip": hf_clip_model, "blip": blip_vqa_model,
          "llava": llava_model, "owlv2": owlv2_model, "grounding_dino": grounding_dino_model,
          "qwen3_vl": qwen3_vl_model, "qwen2_5_vl": qwen2_5_vl_model}
+KINDS["mask2former"] = mask2former_model  # GenEval's detector (scorers/geneval.py)
 VERSION = "v1"
 
 

@@ -35,6 +35,11 @@ FAMILIES = {
     # pipeline_qwenimage.py _get_qwen_prompt_embeds: rows 34.. of hidden_states[-1] (the template prefix
     # dropped), real tokens only, zero-padded: see as_denoiser_sees
     "tiny-qwen-image": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "drop_prefix": 34},
+    # pipeline_sana.py encode_prompt: select_index = [0] + range(-max_sequence_length + 1, 0) of the Gemma 2
+    # output (padding kept; the mask goes to the transformer): see as_denoiser_sees
+    "tiny-sana": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "select_rows": (1, 300 - 1),
+                  # SanaPipeline.check_inputs: height and width divisible by 32 (the real DC-AE's factor)
+                  "run": {"size": 64}},
 }
 
 PROMPTS = ["a red cube to the left of a blue sphere", "Three GREEN dogs and a purple cup on a table"]
@@ -43,7 +48,11 @@ PROMPTS = ["a red cube to the left of a blue sphere", "Three GREEN dogs and a pu
 def as_denoiser_sees(family: str, call, states):
     """Our encoder states laid out as the denoiser receives them: unchanged, or (``drop_prefix``) without
     the template's first rows and with zeros where the tokenizer padded (Qwen-Image re-pads with zeros)."""
-    k = FAMILIES[family].get("drop_prefix", 0)
+    spec = FAMILIES[family]
+    if spec.get("select_rows"):  # Sana: the first rows and the last ones, padding included
+        first, last = spec["select_rows"]
+        return states[:, list(range(first)) + list(range(states.shape[1] - last, states.shape[1]))]
+    k = spec.get("drop_prefix", 0)
     if not k:
         return states
     return states[:, k:] * call.real[:, k:].to(states.device, states.dtype)[..., None]

@@ -26,6 +26,7 @@ from .harness import FAMILIES
 # the run's own settings differ from every tiny card's defaults (2 steps, 32 px): a replay that
 # fell back to the card would not reproduce the images
 RUN = dict(steps=3, guidance=4.0, size=48, batch_size=2, limit=2)
+run_for = lambda family: {**RUN, **FAMILIES.get(family, {}).get("run", {})}  # noqa: E731  (harness overrides)
 DIT_PATCH = {"tiny-sd3": 2, "tiny-flux": 2, "tiny-pixart": 2}  # patch_size (FLUX: 2x2 latent packing)
 
 
@@ -38,7 +39,8 @@ def runs(repo_root, tmp_path_factory):
         if family not in made:
             out = tmp_path_factory.mktemp(family)
             cfg = api.make_config(dict(model=family, prompts=[str(repo_root / "prompts/colors.yaml")],
-                                       stages=["prompts", "generate"], out=str(out / "run"), device="cpu", **RUN))
+                                       stages=["prompts", "generate"], out=str(out / "run"), device="cpu",
+                                       **run_for(family)))
             made[family] = RunDir(api.run_audit(cfg, progress=False))
         return made[family]
 
@@ -50,7 +52,8 @@ def test_replay_with_recorded_settings_reproduces_the_images(runs, family):
     rd = runs(family)
     card = resolve_model(family)
     s = run_settings(rd, card, "cpu")
-    assert (s["steps"], s["guidance"], s["size"], s["batch_size"]) == (3, 4.0, 48, 2)
+    run = run_for(family)
+    assert (s["steps"], s["guidance"], s["size"], s["batch_size"]) == (3, 4.0, run["size"], 2)
     images = rd.read_images()
     texts = {p["id"]: p["text"] for p in rd.read_prompts()}
     pipe = load_pipeline(card, "cpu", s["dtype"])
