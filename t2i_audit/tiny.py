@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import inspect
 import json
 import os
 import shutil
@@ -86,23 +85,6 @@ TINY_MODELS: dict[str, dict] = {
         "call": {"use_resolution_binning": False, "clean_caption": False},
         "vae_dtype": "float32",  # as the real pixart-sigma card: its pipeline never upcasts the VAE
     },
-    "tiny-qwen-image": {
-        "pipeline": "QwenImagePipeline",
-        "family": "qwen-image",
-        "text_encoders": [{"name": "text_encoder", "tokenizer": "tokenizer", "kind": "qwen2.5-vl"}],
-        "defaults": {"steps": 2, "guidance": 1.0, "size": 32, "dtype": "float32"},
-        # as the real card: true CFG (two transformer calls a step) with a " " negative prompt
-        "call": {"true_cfg_scale": 4.0, "negative_prompt": " "},
-    },
-    "tiny-sana": {
-        "pipeline": "SanaPipeline",
-        "family": "sana",
-        "text_encoders": [{"name": "text_encoder", "tokenizer": "tokenizer", "kind": "gemma2"}],
-        "defaults": {"steps": 2, "guidance": 4.5, "size": 32, "dtype": "float32"},
-        # the pipeline bins sizes to its 1024 px aspect-ratio table unless told not to (a 32 px tiny would
-        # be generated at 1024 px); max_sequence_length stays the __call__ default (300), as on the real card
-        "call": {"use_resolution_binning": False},
-    },
 }
 
 
@@ -116,6 +98,8 @@ def fingerprint(name: str) -> str:
     """Short hash of this builder's source and the card: any change to either builds a new folder."""
     card = _card(name)
     h = hashlib.sha256(Path(__file__).read_bytes())
+    if card["family"] in _SOURCES:
+        h.update(_SOURCES[card["family"]].read_bytes())
     h.update(json.dumps({"name": name, **card}, sort_keys=True).encode())
     return h.hexdigest()[:10]
 
@@ -222,73 +206,6 @@ def t5_tokenizer():
 
 
 # Qwen2 byte-level BPE: the pre-tokenizer regex of transformers' Qwen2Tokenizer, merges trained in-process on
-# the CLIP vocabulary's words plus the Qwen-Image chat template, so that the template's prefix is 34 tokens
-# exactly as with the real tokenizer (QwenImagePipeline drops prompt_template_encode_start_idx = 34 rows).
-QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                 "<|image_pad|>", "<|video_pad|>")
-_QWEN_PRETOKENIZE = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-                     r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
-
-
-def qwen_tokenizer():
-    """transformers' Qwen2Tokenizer (byte-level BPE) with a vocabulary trained here, in memory."""
-    from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, trainers
-    from tokenizers.models import BPE
-    from transformers import Qwen2Tokenizer
-
-    vocab, _ = clip_vocab_merges()
-    words = [t[:-4] for t in vocab if t.endswith("</w>") and t[:-4].isalpha() and t.isascii()]
-    corpus = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)] + [_QWEN_TEMPLATE.format("a photo")] * 50
-    bpe = Tokenizer(BPE())
-    bpe.normalizer = normalizers.NFC()
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_QWEN_PRETOKENIZE), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=3000, special_tokens=list(QWEN_SPECIALS), show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    model = json.loads(bpe.to_str())["model"]
-    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
-    tok = Qwen2Tokenizer(vocab=model["vocab"], merges=merges, model_max_length=32768)
-    tok.add_special_tokens({"additional_special_tokens": list(QWEN_SPECIALS[1:])})
-    return tok
-
-
-# pipeline_qwenimage.py QwenImagePipeline.__init__: prompt_template_encode (tests pin it to the pipeline's own)
-_QWEN_TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, "
-                  "text, spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}"
-                  "<|im_end|>\n<|im_start|>assistant\n")
-
-
-GEMMA_SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>")
-
-
-def gemma_tokenizer():
-    """transformers' GemmaTokenizer (SentencePiece-style BPE: spaces as "▁", byte fallback) with merges trained
-    here on the CLIP vocabulary's words and Sana's complex human instruction (split at word starts while
-    training, so no merge crosses a word: slot offsets stay word-aligned)."""
-    from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
-    from tokenizers.models import BPE
-    from transformers import GemmaTokenizer
-
-    from diffusers import SanaPipeline
-
-    instruction = inspect.signature(SanaPipeline.__call__).parameters["complex_human_instruction"].default
-    vocab, _ = clip_vocab_merges()
-    words = [t[:-4] for t in vocab if t.endswith("</w>") and t[:-4].isalpha() and t.isascii()]
-    corpus = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)] + ["\n".join(instruction)] * 20
-    bpe = Tokenizer(BPE(byte_fallback=True, unk_token="<unk>"))
-    bpe.normalizer = normalizers.Replace(" ", "\u2581")
-    bpe.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never")
-    bytes_ = [f"<0x{i:02X}>" for i in range(256)]
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=3000, special_tokens=list(GEMMA_SPECIALS) + bytes_, show_progress=False))
-    model = json.loads(bpe.to_str())["model"]
-    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
-    # add_bos_token: Gemma's tokenizer starts every sequence with <bos> (Sana keeps that row: select_index [0])
-    return GemmaTokenizer(vocab=model["vocab"], merges=merges, model_max_length=8192, add_bos_token=True)
-
-
 # ---------------------------------------------------------------- text encoders
 
 
@@ -483,71 +400,27 @@ def _pixart(name: str) -> dict:
     }
 
 
-def _qwen_image(name: str) -> dict:
-    # after diffusers tests/pipelines/qwenimage/test_qwenimage.py get_dummy_components (vocabulary = ours)
-    from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageTransformer2DModel
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-
-    tok = qwen_tokenizer()
-    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
-    config = Qwen2_5_VLConfig(
-        text_config={"hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
-                     "num_key_value_heads": 2, "rope_theta": 1000000.0,
-                     "rope_scaling": {"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"},
-                     "vocab_size": len(tok), "bos_token_id": ids["<|endoftext|>"],
-                     "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]},
-        vision_config={"depth": 2, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2, "out_hidden_size": 16},
-        hidden_size=16, vocab_size=len(tok), vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], vision_token_id=ids["<|image_pad|>"],
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"])
-    z_dim = 4
-    return {
-        # 4 latent channels packed 2x2 -> 16 transformer channels; joint_attention_dim = text hidden 16
-        "transformer": _seeded(name, "transformer", lambda: QwenImageTransformer2DModel(
-            patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16,
-            num_attention_heads=3, joint_attention_dim=16, guidance_embeds=False, axes_dims_rope=(8, 4, 4))),
-        "vae": _seeded(name, "vae", lambda: AutoencoderKLQwenImage(
-            base_dim=z_dim * 6, z_dim=z_dim, dim_mult=[1, 2, 4], num_res_blocks=1,
-            temperal_downsample=[False, True], latents_mean=[0.0] * z_dim, latents_std=[1.0] * z_dim)),
-        "scheduler": FlowMatchEulerDiscreteScheduler(),
-        "text_encoder": _seeded(name, "text_encoder", lambda: Qwen2_5_VLForConditionalGeneration(config)),
-        "tokenizer": tok,
-    }
+_BUILDERS = {"sd": _sd, "sdxl": _sdxl, "sd3": _sd3, "flux": _flux, "pixart": _pixart}
+_SOURCES: dict[str, Path] = {}  # family -> the module that builds it (part of the fingerprint)
 
 
-def _sana(name: str) -> dict:
-    # after diffusers tests/pipelines/sana/test_sana.py get_dummy_components (vocabulary = ours)
-    from diffusers import AutoencoderDC, FlowMatchEulerDiscreteScheduler, SanaTransformer2DModel
-    from transformers import Gemma2Config, Gemma2Model
+def _register_family_modules() -> None:
+    """Families of t2i_audit/tiny_families/*.py: each module has ``CARDS`` (tiny cards) and
+    ``BUILDERS`` (family -> builder), so a new family is a new file, never an edit here."""
+    import importlib
+    import pkgutil
 
-    tok = gemma_tokenizer()
-    config = Gemma2Config(
-        head_dim=16, hidden_size=8, initializer_range=0.02, intermediate_size=64, max_position_embeddings=8192,
-        num_attention_heads=2, num_hidden_layers=2, num_key_value_heads=2, vocab_size=len(tok),
-        attn_implementation="eager", pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id)
-    return {
-        "transformer": _seeded(name, "transformer", lambda: SanaTransformer2DModel(
-            patch_size=1, in_channels=4, out_channels=4, num_layers=1, num_attention_heads=2, attention_head_dim=4,
-            num_cross_attention_heads=2, cross_attention_head_dim=4, cross_attention_dim=8, caption_channels=8,
-            sample_size=16)),
-        "vae": _seeded(name, "vae", lambda: AutoencoderDC(
-            in_channels=3, latent_channels=4, attention_head_dim=2,
-            encoder_block_types=("ResBlock", "EfficientViTBlock"),
-            decoder_block_types=("ResBlock", "EfficientViTBlock"),
-            encoder_block_out_channels=(8, 8), decoder_block_out_channels=(8, 8),
-            encoder_qkv_multiscales=((), (5,)), decoder_qkv_multiscales=((), (5,)),
-            encoder_layers_per_block=(1, 1), decoder_layers_per_block=[1, 1], downsample_block_type="conv",
-            upsample_block_type="interpolate", decoder_norm_types="rms_norm", decoder_act_fns="silu",
-            scaling_factor=0.41407)),
-        "scheduler": FlowMatchEulerDiscreteScheduler(shift=7.0),
-        "text_encoder": _seeded(name, "text_encoder", lambda: Gemma2Model(config)),
-        "tokenizer": tok,
-    }
+    from . import tiny_families
+
+    for info in sorted(pkgutil.iter_modules(tiny_families.__path__), key=lambda m: m.name):
+        mod = importlib.import_module(f"{tiny_families.__name__}.{info.name}")
+        TINY_MODELS.update(mod.CARDS)
+        _BUILDERS.update(mod.BUILDERS)
+        for family in mod.BUILDERS:
+            _SOURCES[family] = Path(mod.__file__)
 
 
-_BUILDERS = {"sd": _sd, "sdxl": _sdxl, "sd3": _sd3, "flux": _flux, "pixart": _pixart,
-             "qwen-image": _qwen_image, "sana": _sana}
+_register_family_modules()
 
 
 def build_components(name: str) -> dict:

@@ -186,8 +186,10 @@ def test_tokenizers_know_english_words(make):
 
 
 def test_reloaded_tokenizers_match_the_built_ones(pipes):
-    built = {"clip": tiny.clip_tokenizer(), "t5": tiny.t5_tokenizer(), "qwen2.5-vl": tiny.qwen_tokenizer(),
-             "gemma2": tiny.gemma_tokenizer()}
+    from t2i_audit import tiny_tokenizers
+
+    built = {"clip": tiny.clip_tokenizer(), "t5": tiny.t5_tokenizer(), "qwen2.5-vl": tiny_tokenizers.qwen_tokenizer(),
+             "gemma2": tiny_tokenizers.gemma_tokenizer()}
     max_length = {"clip": 77, "t5": 512, "qwen2.5-vl": 32768, "gemma2": 8192}
     for name, pipe in pipes.items():
         for te in tiny.TINY_MODELS[name]["text_encoders"]:

@@ -15,7 +15,7 @@ from t2i_audit.generate import load_pipeline
 from t2i_audit.models import resolve_model
 from t2i_audit.probes import pipeline_text as PT
 from t2i_audit.probes.denoiser import run_hooked
-from t2i_audit.tiny import _QWEN_TEMPLATE
+from t2i_audit.tiny_tokenizers import _QWEN_TEMPLATE
 
 from .harness import FAMILIES, PROMPTS
 
@@ -158,7 +158,7 @@ def test_sana_hooked_tensor_is_the_image_stream(size):
 
 def test_tiny_tokenizers_build_deterministically(qwen, sana):
     """Trained in-process: a second build gives the same vocabulary as the one saved in the tiny folder."""
-    from t2i_audit.tiny import gemma_tokenizer, qwen_tokenizer
+    from t2i_audit.tiny_tokenizers import gemma_tokenizer, qwen_tokenizer
 
     assert qwen_tokenizer().get_vocab() == qwen[1].tokenizer.get_vocab()
     assert gemma_tokenizer().get_vocab() == sana[1].tokenizer.get_vocab()
