@@ -28,6 +28,11 @@ def pipeline_family(pipeline_class: str) -> Optional[dict]:
     return (_data().get("pipelines") or {}).get(pipeline_class)
 
 
+def block_lists() -> dict[str, str]:
+    """Denoiser attribute → label format, in hook order (families.yaml ``block_lists``)."""
+    return dict(_data().get("block_lists") or {})
+
+
 def image_stream_index(block_class: str) -> Optional[int]:
     return (_data().get("image_stream") or {}).get(block_class)
 

@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import AuditError
-from ..families import image_stream_index, pipeline_family
+from ..families import block_lists, image_stream_index, pipeline_family
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from .activations import merge_parts
 
@@ -42,20 +42,19 @@ CHUNK = 64
 
 
 def denoiser_blocks(denoiser) -> dict:
-    """Named blocks of a UNet2DConditionModel or a diffusion transformer."""
+    """Named blocks of a UNet or diffusion transformer, from families.yaml ``block_lists``."""
+    import torch
+
     blocks = {}
-    for i, b in enumerate(getattr(denoiser, "down_blocks", None) or []):
-        blocks[f"down{i}"] = b
-    if getattr(denoiser, "mid_block", None) is not None:
-        blocks["mid"] = denoiser.mid_block
-    for i, b in enumerate(getattr(denoiser, "up_blocks", None) or []):
-        blocks[f"up{i}"] = b
-    for i, b in enumerate(getattr(denoiser, "transformer_blocks", None) or []):
-        blocks[f"block{i:02d}"] = b
-    for i, b in enumerate(getattr(denoiser, "single_transformer_blocks", None) or []):
-        blocks[f"single{i:02d}"] = b
+    for attr, label in block_lists().items():
+        found = getattr(denoiser, attr, None)
+        if isinstance(found, (torch.nn.ModuleList, list, tuple)):
+            blocks.update({label.format(i=i): b for i, b in enumerate(found)})
+        elif found is not None:
+            blocks[label.format(i=0)] = found
     if not blocks:
-        raise AuditError(f"{type(denoiser).__name__}: no down/mid/up or transformer blocks to hook")
+        raise AuditError(f"{type(denoiser).__name__}: none of the block lists in families.yaml "
+                         f"({', '.join(block_lists())}) to hook")
     return blocks
 
 
