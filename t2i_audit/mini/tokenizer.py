@@ -13,6 +13,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from ..clip_bpe import bytes_to_unicode
 from .world import COLORS, RELATIONS, SHAPES
 
 BOS, EOS = "<|startoftext|>", "<|endoftext|>"
@@ -33,21 +34,9 @@ def _full_merges() -> list[tuple[str, str]]:
     return [tuple(line.split()) for line in lines]
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
 def _used_merges(word: str, ranks: dict[tuple[str, str], int]) -> list[int]:
     """Ranks of the merges full CLIP BPE applies to `word` (its '</w>'-terminated form)."""
-    benc = _bytes_to_unicode()
+    benc = bytes_to_unicode()
     chars = [benc[b] for b in word.encode("utf-8")]
     parts = chars[:-1] + [chars[-1] + "</w>"]
     used = []
@@ -83,7 +72,7 @@ def vocab_and_merges(words: list[str] | None = None) -> tuple[dict[str, int], li
     ranks = {m: i for i, m in enumerate(merges)}
     keep = sorted({r for w in (words or mini_words()) for r in _used_merges(w, ranks)})
     kept = [merges[r] for r in keep]
-    byte_tokens = list(_bytes_to_unicode().values())
+    byte_tokens = list(bytes_to_unicode().values())
     tokens = byte_tokens + [t + "</w>" for t in byte_tokens] + ["".join(m) for m in kept] + [BOS, EOS]
     vocab = {t: i for i, t in enumerate(tokens)}
     return vocab, [tuple(m) for m in kept]
