@@ -1,10 +1,11 @@
 """Activations and probes.
 
-1. Extraction throughput (prompts/s) of `t2i_audit.probes.activations.encode_batch` — every layer,
-   poolings eos + mean + slot — padded to the longest prompt of each batch (what extraction does)
-   vs padded to 77, on the same encoder and prompts, timed alternately: tiny-sd's CLIP text
-   encoder, and an SD1.5-sized random CLIPTextModel (12 layers x 768, built from its config) with
-   the full-size CLIP BPE tokenizer (token ids as SD's).
+1. Extraction throughput (prompts/s) of `PipelineTextEncoder.encode` (the pipeline's own
+   `encode_prompt`, intercepted: every layer, poolings eos + mean + slot) vs a bare
+   `pipe.encode_prompt` on the same prompts, timed alternately — the overhead of capturing and
+   pooling every layer: tiny-sd (CLIP), tiny-sd3 (2 CLIP + T5 at 256 tokens), and an SD1.5-sized
+   random CLIPTextModel (12 layers x 768, built from its config) with the full-size CLIP BPE
+   tokenizer (token ids as SD's) in a StableDiffusionPipeline without UNet/VAE.
 2. Probe fitting time with `t2i_audit.probes.linear` — `decodability` (grouped 5-fold CV, with its
    control task) and `failure_prediction` (grouped 5-fold CV, probe + prompt-only baseline,
    bootstrap CIs) — for 1k / 5k / 10k prompts x all layers of an SD1.5-sized encoder
@@ -28,39 +29,42 @@ from _common import alternate, summary, write
 REPO = Path(__file__).resolve().parents[1]
 
 
-def extraction(records, tok, model, batch_size: int, reps: int) -> dict:
-    from t2i_audit.probes.activations import _slot_names, encode_batch
+def extraction(records, pipe, batch_size: int, reps: int) -> dict:
+    from t2i_audit.probes.activations import _slot_names
+    from t2i_audit.probes.pipeline_text import PipelineTextEncoder, encode_kwargs
 
     slots = _slot_names(records)
     batches = [records[i:i + batch_size] for i in range(0, len(records), batch_size)]
+    encoder = PipelineTextEncoder(pipe)
+    kw = encode_kwargs(pipe, {})
 
-    def run(pad_to):
-        def go():
+    def ours():
+        for b in batches:
+            encoder.encode([p["text"] for p in b], [p.get("spans") or {} for p in b], slot_names=slots)
+
+    def bare():
+        import inspect
+
+        import torch
+
+        params = inspect.signature(pipe.encode_prompt).parameters
+        extra = {k: None for k in ("prompt_2", "prompt_3") if k in params}
+        extra.update({k: v for k, v in (("do_classifier_free_guidance", False), ("num_images_per_prompt", 1))
+                      if k in params})
+        with torch.inference_mode():
             for b in batches:
-                encode_batch([p["text"] for p in b], [p.get("spans") or {} for p in b], tok, model,
-                             slot_names=slots, pad_to=pad_to)
-        return go
+                pipe.encode_prompt(prompt=[p["text"] for p in b], device=pipe._execution_device, **extra, **kw)
 
-    longest, padded77 = run(None), run(77)
-    # the two agree on real tokens (causal, masked attention): check the pooled states
-    b = batches[0]
-    a1 = encode_batch([p["text"] for p in b], [p.get("spans") or {} for p in b], tok, model, slot_names=slots)
-    a2 = encode_batch([p["text"] for p in b], [p.get("spans") or {} for p in b], tok, model, slot_names=slots, pad_to=77)
-    import numpy as np
-
-    diffs = [np.abs(a1[k] - a2[k]) for k in a1 if not k.startswith("_")]
-    diff = max(float(d[np.isfinite(d)].max()) for d in diffs if np.isfinite(d).any())
-    longest()  # warm-up
-    t_long, t_77 = alternate(longest, padded77, reps)
-    lens = [max(len(x) for x in tok([p["text"] for p in bb])["input_ids"]) for bb in batches]
+    ours()  # warm-up
+    t_ours, t_bare = alternate(ours, bare, reps)
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    return {"prompts": len(records), "batch_size": batch_size, "arrays_per_prompt": len([k for k in a1 if not k.startswith("_")]),
-            "mean_padded_length_longest": round(sum(lens) / len(lens), 1),
-            "pad_longest": summary(t_long), "pad_77": summary(t_77),
-            "prompts_per_s_longest": round(len(records) / med(t_long), 1),
-            "prompts_per_s_77": round(len(records) / med(t_77), 1),
-            "speedup_longest_over_77": round(med(t_77) / med(t_long), 2),
-            "max_abs_diff_longest_vs_77": diff}
+    first = encoder.encode([p["text"] for p in batches[0]], [{} for _ in batches[0]])
+    return {"prompts": len(records), "batch_size": batch_size,
+            "arrays_per_prompt": {k: len([n for n in v if not n.startswith("_")]) for k, v in first.items()},
+            "ours": summary(t_ours), "bare_encode_prompt": summary(t_bare),
+            "prompts_per_s_ours": round(len(records) / med(t_ours), 1),
+            "prompts_per_s_bare": round(len(records) / med(t_bare), 1),
+            "ratio_ours_over_bare": round(med(t_ours) / med(t_bare), 3)}
 
 
 def fitting(sizes, n_layers: int, dim: int, n_boot: int, seed: int = 0) -> list[dict]:
@@ -114,17 +118,18 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from t2i_audit import api
-    from t2i_audit.probes.activations import load_text_encoder, resolve_text_encoders
+    from t2i_audit.models import resolve_model
+    from t2i_audit.probes.pipeline_text import load_text_pipeline
 
     suites = [str(REPO / "prompts/colors.yaml")]
     records = api.expand_suites(suites, max(args.prompts, args.big_prompts), 0)
-    info = resolve_text_encoders("tiny-sd")
-    tok, model = load_text_encoder(info["path"], info["text_encoders"][0])
-    res = {"tiny_sd_clip": {"config": {"layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
-                                       "vocab": model.config.vocab_size},
-                            **extraction(records[:args.prompts], tok, model, args.batch_size, args.reps)}}
-    print(res)
+    res = {}
+    for name in ("tiny-sd", "tiny-sd3"):
+        pipe = load_text_pipeline(resolve_model(name).pretrained_path())
+        res[name] = extraction(records[:args.prompts], pipe, args.batch_size, args.reps)
+        print(name, res[name])
     if args.big_prompts:
+        from diffusers import DDIMScheduler, StableDiffusionPipeline
         from transformers import CLIPTextConfig, CLIPTextModel
 
         from t2i_audit.scorers.tiny import clip_tokenizer
@@ -135,9 +140,11 @@ def main() -> None:
                              num_attention_heads=12, max_position_embeddings=77, hidden_act="quick_gelu",
                              bos_token_id=big_tok.bos_token_id, eos_token_id=big_tok.eos_token_id,
                              pad_token_id=big_tok.pad_token_id)
-        big = CLIPTextModel(cfg).eval()
+        big = StableDiffusionPipeline(vae=None, unet=None, text_encoder=CLIPTextModel(cfg).eval(), tokenizer=big_tok,
+                                      scheduler=DDIMScheduler(), safety_checker=None, feature_extractor=None,
+                                      requires_safety_checker=False)
         res["sd15_size_clip_random"] = {"config": {"layers": 12, "hidden": 768, "vocab": 49_408},
-                                        **extraction(records[:args.big_prompts], big_tok, big, args.batch_size, args.reps)}
+                                        **extraction(records[:args.big_prompts], big, args.batch_size, args.reps)}
         print(res["sd15_size_clip_random"])
     sizes = [int(x) for x in args.sizes.split(",") if x]
     fits = fitting(sizes, args.fit_layers, args.dim, args.n_boot)

@@ -16,9 +16,14 @@ Rules transcribed from djghosh13/geneval ``evaluation/evaluate_images.py`` (comm
   its mask, cropped to its box, classified by CLIP ViT-L-14 (openai) zero-shot among ``COLORS``
   with the three templates averaged (clip_benchmark ``zero_shot_classifier``: mean of the
   normalised template embeddings, renormalised; logits ``100 · image @ classifier``);
-* position: ``relative_position`` on box centres with ``POSITION_THRESHOLD`` 0.1 — the same
+* position: every one of the subject's n best instances against every one of the target's, by
+  ``relative_position`` on box centres with ``POSITION_THRESHOLD`` 0.1 — the same
   function as :func:`t2i_audit.scorers.detect.relative_position` (checked against a transcription
   of GenEval's numpy code in tests/scorers/test_geneval.py), so it is reused, not copied.
+  (detect.py's ``iou``/``nms`` are *not* GenEval's: continuous boxes and ``<=``; GenEval's
+  ``compute_iou`` counts inclusive pixels and keeps ``iou < max_overlap`` — :func:`geneval_iou`.)
+  GenEval checks a position only once subject and target passed their colour checks; here the
+  questions are judged apart, and the prompt verdict (all pass) is the same.
 
 Instances come from transformers' own ``Mask2FormerImageProcessor.post_process_instance_segmentation``
 (image_processing_mask2former.py: top-k over queries × classes, score = class probability × mean
@@ -147,7 +152,7 @@ def coco_class(name: str, aliases: Mapping[str, str] | None = None) -> str | Non
 class GenEvalScorer(QuestionScorer):
     """Card keys: ``thresholds`` {score, counting_score, position, max_overlap}; ``options``
     {max_objects, colors, color_templates, background, crop, class_aliases, image_size,
-    color_model (a CLIP model section, see clip_models.load_clip)}."""
+    attribute_model (a CLIP model section, see clip_models.load_clip)}."""
 
     family = "detect"
 
@@ -181,8 +186,8 @@ class GenEvalScorer(QuestionScorer):
             from .clip_models import load_clip
             from .registry import _normalise
 
-            cfg = _normalise({"name": "color", "class": "-", "model": dict(self.options.get("color_model") or {})},
-                             "color_model", None)["model"]
+            cfg = _normalise({"name": "color", "class": "-", "model": dict(self.options.get("attribute_model") or {})},
+                             "attribute_model", None)["model"]
             self._clip = load_clip(self.resolved_model(cfg), self.device)
         return self._clip
 
@@ -267,9 +272,10 @@ class GenEvalScorer(QuestionScorer):
                                           {"class": cls[oid], "threshold": thr, **_boxes(found)})
                 elif kind == "count" or (kind == "other" and q.get("number") is not None):
                     n, want = len(dets.get(cls[oid], [])), int(q["number"])
-                    ok = n == want if kind == "count" else n >= want  # "other": GenEval's include alone
-                    ans[q["id"]] = Answer(float(n), ok, {"class": cls[oid], "count": n, "expected": want,
-                                                         "threshold": thr, "rule": "exactly" if kind == "count" else "at least"})
+                    exact = kind == "count"  # "other" + number: "at least n", GenEval's include alone
+                    ans[q["id"]] = Answer(float(n), n == want if exact else n >= want,
+                                          {"class": cls[oid], "count": n, "expected": want, "threshold": thr,
+                                           "rule": "exactly" if exact else "at least"})
                 elif kind == "relation":
                     rel = SPATIAL.get(q.get("value"))
                     s, o = q.get("subject"), q.get("object")
@@ -312,8 +318,8 @@ class GenEvalScorer(QuestionScorer):
 
     def records_from_answers(self, item: ScoreItem, queries, answers) -> list[dict]:
         recs = super().records_from_answers(item, queries, answers)
-        unsupported = [r["question_id"] for r in recs[:-1]
-                       if r["kind"] == "question" and r["extra"].get("unsupported") and not r["extra"].get("skipped_by")]
+        unsupported = [r["question_id"] for r in recs[:-1] if r["kind"] == "question"
+                       and r["extra"].get("unsupported") and not r["extra"].get("skipped_by")]
         if unsupported:
             pr = recs[-1]
             pr["extra"]["unsupported"] = unsupported

@@ -111,6 +111,12 @@ def test_count_uses_0_9_on_counting_prompts_and_0_3_elsewhere():
     q, _ = score(prompt(None, "cat"), img, cats)  # not counting: 0.3, the best score is the value
     assert q["q0"]["verdict"] is True and q["q0"]["value"] == 0.95 and q["q0"]["extra"]["threshold"] == 0.3
     assert q["q0"]["extra"]["scores"] == [0.95, 0.92, 0.5]
+    # "at least n" (an imported GenEval include without its exclude): n or more pass
+    p = prompt(None, "cat", n1=2)
+    p["questions"][1] = dict(p["questions"][1], kind="other", text="Are there at least 2 cats?")
+    q, _ = score(p, img, cats + [inst("cat", 0.97, box=(2, 30, 12, 40))])
+    assert q["q1"]["value"] == 4.0 and q["q1"]["verdict"] is True and q["q1"]["extra"]["rule"] == "at least"
+    assert q["q1"]["extra"]["threshold"] == 0.3  # no count question: not a counting prompt
     # an imported GenEval prompt decides by its tag, as GenEval does
     assert GenEvalScorer.is_counting({"source_meta": {"tag": "counting"}, "questions": []})
     assert not GenEvalScorer.is_counting({"source_meta": {"tag": "two_object"},
@@ -159,17 +165,18 @@ def test_masked_crop_replaces_background_with_999_and_rounds_the_box():
         masked_crop(image, mask[:10], [0, 0, 5, 5])
 
 
-def test_mask_keeps_a_neighbour_out_of_the_colour_crop():
-    # a red circle whose box corners hold a blue square's pixels: only the mask tells them apart
-    img = draw([("circle", "red", (10, 10, 40, 40)), ("square", "blue", (8, 8, 16, 16))])
-    img_draw = ImageDraw.Draw(img)
-    img_draw.ellipse((10, 10, 40, 40), fill=RGB["red"])
-    circle = inst("cup", 0.9, "circle", (10, 10, 40, 40))
-    q, pr = score(prompt("red", "cup"), img, [circle])
+def test_mask_keeps_the_background_out_of_the_colour_crop():
+    # a thick red diagonal over a blue square: its box is mostly blue, its mask only red
+    img = draw([("square", "blue", (10, 10, 40, 40))])
+    ImageDraw.Draw(img).line((10, 10, 40, 40), fill=RGB["red"], width=5)
+    m = Image.new("L", (64, 64), 0)
+    ImageDraw.Draw(m).line((10, 10, 40, 40), fill=255, width=5)
+    line = {"class": "cup", "score": 0.9, "mask": np.array(m) > 0, "box": mask_to_box(np.array(m) > 0)}
+    q, pr = score(prompt("red", "cup"), img, [line])
     assert q["q1"]["extra"]["predicted"] == ["red"] and pr["verdict"] is True
-    q, _ = score(prompt("red", "cup"), img, [dict(circle, mask=None)])  # no mask: the blue corner counts
-    assert q["q1"]["extra"]["predicted"] != ["red"] or True  # (mean colour may still be red)
-    q, _ = score(prompt("gray", "cup"), img, [circle])  # not one of GenEval's 10 colours
+    q, _ = score(prompt("red", "cup"), img, [dict(line, mask=None)])  # no mask: the box's blue wins
+    assert q["q1"]["extra"]["predicted"] == ["blue"] and q["q1"]["verdict"] is False
+    q, _ = score(prompt("gray", "cup"), img, [line])  # not one of GenEval's 10 colours
     assert q["q1"]["verdict"] is None and q["q1"]["extra"]["unsupported"] is True
 
 
@@ -258,21 +265,32 @@ def test_instances_from_tiny_mask2former_through_transformers_post_processing():
     assert len(select_instances(insts, 0.3).get("cat", [])) == sum(v > 0.3 for v in expect)
 
 
+def test_image_size_option_sets_the_detector_input():
+    # the real card feeds mmdet's test size (1333 x 800, ratio kept); masks still come at image size
+    s = GenEvalScorer(get_card("tiny-geneval", overrides={"options": {"image_size": {"shortest_edge": 96,
+                                                                                     "longest_edge": 96}}})).load()
+    seen = []
+    s.model.register_forward_pre_hook(lambda m, a, kw: seen.append(tuple(kw["pixel_values"].shape)),
+                                      with_kwargs=True)
+    insts = s.segment([draw([("square", "red", L)]).crop((0, 0, 64, 48))])[0]
+    assert seen == [(1, 3, 96, 96)]  # 48 x 64 -> 72 x 96 -> multiples of 32 (size_divisor): 96 x 96
+    assert all(i["mask"].shape == (48, 64) for i in insts)
+
+
 def test_non_coco_checkpoint_is_refused(tmp_path):
-    from transformers import Mask2FormerForUniversalSegmentation
+    import shutil
+
+    from transformers import Mask2FormerConfig, Mask2FormerForUniversalSegmentation
 
     from t2i_audit.errors import AuditError
     from t2i_audit.scorers.tiny import materialize
 
     folder = materialize("mask2former")["id"]
-    m = Mask2FormerForUniversalSegmentation.from_pretrained(folder)
-    m.config.num_labels  # noqa: B018
-    cfg = m.config
+    cfg = Mask2FormerConfig.from_pretrained(folder)
     cfg.id2label = {i: f"c{i}" for i in range(133)}  # e.g. a COCO panoptic checkpoint
     cfg.label2id = {v: k for k, v in cfg.id2label.items()}
     Mask2FormerForUniversalSegmentation(cfg).save_pretrained(tmp_path / "pan")
-    (tmp_path / "pan" / "preprocessor_config.json").write_text(
-        (__import__("pathlib").Path(folder) / "preprocessor_config.json").read_text())
+    shutil.copy(f"{folder}/preprocessor_config.json", tmp_path / "pan")
     s = GenEvalScorer(get_card("tiny-geneval", overrides={"model": {"id": str(tmp_path / "pan"), "local": True}}))
     with pytest.raises(AuditError, match="80 COCO instance classes"):
         s.load()
