@@ -175,12 +175,11 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
                 generate_images(run, records, card, gen, state=state, progress=progress)
         main = state.is_main_process
         categories = {r["category"] for r in records}
-        scorers = None
         if "score" in cfg.stages:
             chosen = cfg.scorers if cfg.scorers is not None else (list(card.scorers) or None)
             with _recorded(run, "score", main):  # every process scores its share; the main one merges
-                scorers = score_stage(run, chosen, categories, device=device, batch_size=cfg.batch_size,
-                                      progress=progress, tiny=card.tiny, state=state)
+                score_stage(run, chosen, categories, device=device, batch_size=cfg.batch_size,
+                            progress=progress, tiny=card.tiny, state=state)
         if "probe" in cfg.stages:
             with _recorded(run, "probe", main):  # every process extracts its share; the main one fits
                 # probe labels: the scorer deciding each category (t2i_audit.deciding), as the report

@@ -87,7 +87,9 @@ def scorer_kind(card: Mapping | None) -> str:
 
 # --- evidence ---------------------------------------------------------------------------------
 def _root(run) -> Path:
-    return Path(getattr(run, "root", run))
+    from .rundir import RunDir
+
+    return run.root if isinstance(run, RunDir) else Path(run)  # (a Path's own .root is "/")
 
 
 def calibration_evidence(run_dirs: Iterable) -> dict:
@@ -204,6 +206,7 @@ def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
     candidate is at chance or no scorer gave a verdict; ``why`` says which.
     """
     runs = list(run_dirs) if isinstance(run_dirs, (list, tuple)) else [run_dirs]
+    categories = None if categories is None else list(categories)
     if decided is None:
         decided = [decided_counts(r) for r in runs]
     if cards is None:

@@ -281,11 +281,12 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
 
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     linear.check_backend(probe_backend)
+    state = state or process_state(device)
+    state.wait_for_everyone()  # the main process has merged the previous stage
     prompts = rd.read_prompts()
     if not prompts:
         raise AuditError(f"{rd.prompts}: no prompts")
     t0 = time.perf_counter()
-    state = state or process_state(device)
     share_cpu(state, device)
     if state.is_main_process:
         rd.update_stage("probe", status="running", model=model, seed=seed, world_size=state.num_processes)

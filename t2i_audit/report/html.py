@@ -224,8 +224,8 @@ def scorer_section(data: RunData, thumbs: Thumbs, out_dir: Path) -> dict:
     rates = []
     for n in names:
         r = _records(analysis.rate_table(im, None, verdict=f"verdict:{n}"))[0]
-        r.update(name=n, model=data.scorers[n].model,
-                 primary=any(d.get("scorer") == n for d in data.deciding.values()))
+        decides = sorted(str(c) for c, d in data.deciding.items() if d.get("scorer") == n)
+        r.update(name=n, model=data.scorers[n].model, primary=bool(decides), decides=decides)
         rates.append(r)
     pairs, disagreements = [], []
     for i, a in enumerate(names):

@@ -18,6 +18,7 @@ process writes. A kill loses at most each process's batch in flight.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections import defaultdict
@@ -160,6 +161,10 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
     from ..processes import gather, process_state, rank_device, share_cpu
 
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    dev = resolve_device(device)
+    state = state or process_state(dev)
+    main, rank, world = state.is_main_process, state.process_index, state.num_processes
+    state.wait_for_everyone()  # the main process has merged the previous stage (images.jsonl)
     if not rd.root.is_dir():
         raise AuditError(f"{rd.root}: run directory not found")
     prompts = {p["id"]: p for p in rd.read_prompts()}
@@ -172,9 +177,6 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
         if rec["prompt_id"] not in prompts:
             raise AuditError(f"{rd.images}: image {rec.get('path')} refers to prompt "
                              f"{rec['prompt_id']!r}, which is not in {rd.prompts}")
-    dev = resolve_device(device)
-    state = state or process_state(dev)
-    main, rank, world = state.is_main_process, state.process_index, state.num_processes
     dev = rank_device(state, dev)
     share_cpu(state, dev)
     if instances is None:
@@ -264,6 +266,8 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
         return {}
     for s in instances:  # the shards become scores/<scorer>.jsonl, in images.jsonl order
         compact_scores(rd.scores(s.name), s, by_key, score_shards(rd, s.name))
+    with contextlib.suppress(OSError):  # only if empty: another scorer's shards may wait there
+        (rd.scores_dir / "shards").rmdir()
     counts = _sum_counts(every)
     broken = {name: c["error"] for name, c in counts.items() if "error" in c}
     for c in counts.values():
@@ -277,7 +281,9 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
     rd.update_stage("score", status="done_with_errors" if broken else "done", scorers=merged, running=[],
                     errors=broken,
                     seconds=round(time.perf_counter() - t_stage, 3),
-                    device=instances[0].device if instances else device, world_size=world)
+                    device=instances[0].device if instances else device, world_size=world,
+                    # images each process scored (or excluded), summed over scorers: the load balance
+                    images_per_process=[sum(c["scored"] + c["excluded"] for c in r.values()) for r in every])
     return counts
 
 

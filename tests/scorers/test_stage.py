@@ -127,8 +127,8 @@ def test_registry_lists_without_torch_and_defaults():
     names = {s["name"]: s for s in list_scorers()}
     assert names["vqa-blip"]["model"] == "Salesforce/blip-vqa-base"
     assert names["clip"]["model"] == "ViT-L-14 (openai)" and names["clip"]["higher_is_better"] is True
-    assert default_scorers({"color"}) == ["clip", "vqa-blip", "detect-owlv2"]
-    assert default_scorers({"action"}) == ["clip", "vqa-blip"]
+    assert default_scorers({"color"}) == ["qwen3-vl-8b"]  # defaults: tests/report/test_deciding.py
+    assert default_scorers({"action"}) == ["qwen3-vl-8b"]
 
 
 def test_local_card_file_resolves_paths(tmp_path, run):
