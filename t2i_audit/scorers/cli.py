@@ -57,7 +57,8 @@ def register(app: typer.Typer) -> None:
         rd = RunDir(run)
         if not rd.root.is_dir():
             raise AuditError(f"{rd.root}: run directory not found")
-        names = list(scorer or default_scorers({p.get("category", "") for p in rd.read_prompts()}))
+        tiny = str((rd.read_manifest().get("model") or {}).get("source", "")).startswith("tiny:")
+        names = list(scorer or default_scorers({p.get("category", "") for p in rd.read_prompts()}, tiny=tiny))
         import os
 
         with RunLock(rd.root, int(os.environ.get("RANK", 0))):  # one lock per accelerate process
