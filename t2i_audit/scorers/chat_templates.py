@@ -1,4 +1,5 @@
-"""Chat templates of the Qwen vision-language checkpoints, for the tiny offline test models.
+"""Chat templates of the VLM judge checkpoints (Qwen2.5-VL, Qwen3-VL, InternVL 3, Gemma 3, LLaVA-OneVision),
+for the tiny offline test models.
 
 Real checkpoints bring their own template (``chat_template.json`` on the hub, read by
 ``AutoProcessor``); the tiny models built in :mod:`t2i_audit.scorers.tiny` are given these copies
@@ -135,3 +136,48 @@ QWEN3_VL = r'''{%- if tools %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}
 '''
+
+
+# --- InternVL 3, Gemma 3, LLaVA-OneVision (transformers-native -hf checkpoints) ----------------------------------
+# Copied from the transformers code that wrote (or tests) those checkpoints' processor files; the hub files could
+# not be read from this offline machine.
+
+# InternVL3-*-hf: ``chat_template`` of src/transformers/models/internvl/convert_internvl_weights_to_hf.py
+# (huggingface/transformers; the version with the InternVL3.5 / Qwen3 branches), which write_tokenizer and
+# write_model save into the -hf folders. Its image placeholder is '<IMG_CONTEXT>\n', the token InternVLProcessor
+# expands (processing_internvl.py: image_token = tokenizer.context_image_token); no default system turn.
+INTERNVL3 = (
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\n'}}"
+    "{% if message['content'] is string %}"
+    "{{ message['content'] }}"
+    "{% else %}"
+    "{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' %}"
+    "{{ '<IMG_CONTEXT>\n' }}"
+    "{% elif content['type'] == 'video' %}"
+    "{{ '<video>\n' }}"
+    "{% elif content['type'] == 'text' %}"
+    "{{ content['text'] }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% endif %}"
+    "{{'<|im_end|>\n'}}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}"
+    "{{'<|im_start|>assistant\n' }}"
+    "{% endif %}"
+)
+
+# Gemma 3 (google/gemma-3-*-it): the template of tests/models/gemma3/test_processing_gemma3.py
+# prepare_processor_dict (huggingface/transformers), i.e. the orbax converter's _CHAT_TEMPLATE with the
+# '{{ bos_token }}' start and the '<start_of_image>' placeholder (Gemma3Processor expands boi_token). The hub
+# template also accepts a plain-string system message; for list-content messages, as VlmJudge sends, both render
+# the same. The answer follows '<start_of_turn>model\n'.
+GEMMA3 = "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}\n    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n    {%- endif -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else \"\") }}\n    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\n'}}\n{%- endif -%}\n"  # noqa: E501
+
+# llava-hf/llava-onevision-qwen2-*-hf: ``chat_template`` of
+# src/transformers/models/llava_onevision/convert_llava_onevision_weights_to_hf.py (huggingface/transformers),
+# saved with the processor there. ChatML; images first, then the text; no default system turn (the converter's own
+# check prompt adds "You are a helpful assistant.", LLaVA-OneVision's training conversation "qwen_1_5").
+LLAVA_ONEVISION = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}{# Render all images first #}{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}{{ '<image>\n' }}{% endfor %}{# Render all video then #}{% for content in message['content'] | selectattr('type', 'equalto', 'video') %}{{ '<video>\n' }}{% endfor %}{# Render all text next #}{% if message['role'] != 'assistant' %}{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}{{ content['text'] }}{% endfor %}{% else %}{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}{% generation %}{{ content['text'] }}{% endgeneration %}{% endfor %}{% endif %}{{'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"  # noqa: E501

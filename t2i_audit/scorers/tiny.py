@@ -205,6 +205,148 @@ def qwen2_5_vl_model(folder: Path) -> dict:
                     vision=dict(window_size=32, fullatt_block_indexes=[1]))
 
 
+def _qwen_kind_with(specials: list[str], named: dict[str, str]):
+    """:func:`qwen_tokenizer` plus a checkpoint's own special tokens, the named ones (``image_token`` …) set
+    the way the -hf conversion scripts do: ``AutoTokenizer.from_pretrained(..., extra_special_tokens=named)``
+    (convert_internvl_weights_to_hf.py write_tokenizer), which the processors read (``tokenizer.image_token``)."""
+    import tempfile
+
+    from transformers import Qwen2Tokenizer
+
+    tok = qwen_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": specials}, replace_extra_special_tokens=False)
+    with tempfile.TemporaryDirectory() as d:
+        tok.save_pretrained(d)
+        return Qwen2Tokenizer.from_pretrained(d, extra_special_tokens=named)
+
+
+# InternVL3's added tokens (convert_internvl_weights_to_hf.py write_tokenizer, Qwen2 LM branch)
+INTERNVL_SPECIALS = ["<img>", "</img>", "<IMG_CONTEXT>", "<quad>", "</quad>", "<ref>", "</ref>", "<box>", "</box>",
+                     "<video>"]
+
+
+def internvl_model(folder: Path) -> dict:
+    """InternVL 3 (-hf, Qwen2 LM): a 32-px InternViT with 8-px patches, pixel-shuffled (scale 0.5) to 4 image
+    tokens; tiny sizes after transformers' tests/models/internvl/test_modeling_internvl.py; the GotOcr2 image
+    processor of the -hf conversion (448 px there, tiles off), the InternVL3 -hf chat template."""
+    import torch
+    from transformers import (GotOcr2ImageProcessor, InternVLConfig, InternVLForConditionalGeneration,
+                              InternVLProcessor)
+    from transformers.models.internvl.video_processing_internvl import InternVLVideoProcessor
+
+    from .chat_templates import INTERNVL3
+
+    tok = _qwen_kind_with(INTERNVL_SPECIALS, {"start_image_token": "<img>", "end_image_token": "</img>",
+                                              "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"})
+    ids = tok.convert_tokens_to_ids
+    torch.manual_seed(0)
+    cfg = InternVLConfig(
+        text_config=dict(model_type="qwen2", vocab_size=len(tok), hidden_size=32, intermediate_size=37,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=512, eos_token_id=ids("<|im_end|>"), pad_token_id=tok.pad_token_id),
+        vision_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                           image_size=[32, 32], patch_size=[8, 8], hidden_act="quick_gelu",
+                           use_absolute_position_embeddings=True),
+        image_token_id=ids("<IMG_CONTEXT>"), image_seq_length=4, vision_feature_layer=-1)
+    InternVLForConditionalGeneration(cfg).save_pretrained(folder)
+    norm = dict(image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225])
+    ip = GotOcr2ImageProcessor(size={"height": 32, "width": 32}, **norm)
+    InternVLProcessor(image_processor=ip, tokenizer=tok, video_processor=InternVLVideoProcessor(
+        size={"height": 32, "width": 32}, **norm), image_seq_length=4, chat_template=INTERNVL3).save_pretrained(folder)
+    return {"id": str(folder), "local": True, "revision": "tiny"}
+
+
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]  # ids 0-4, as in Gemma's vocabulary
+GEMMA3_SPECIALS = ["<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+
+
+def gemma3_tokenizer():
+    """Gemma's kind (GemmaTokenizer: SentencePiece-style BPE, spaces as "▁", byte fallback, <bos> prepended) with
+    merges trained here on WORDS (never across a space or newline, so "\\n" stays its own token and the answer
+    after "<start_of_turn>model\\n" is "Yes" or "▁Yes"), plus Gemma 3's chat and image tokens named as
+    tests/models/gemma3/test_processing_gemma3.py names them (image_token, boi_token, eoi_token)."""
+    from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
+    from tokenizers.models import BPE
+    from transformers import GemmaTokenizer
+
+    words = list(dict.fromkeys(WORDS + ["Yes", "No", "Is", "Does", "Are", "user", "model", "You", "helpful",
+                                        "Answer", "word"]))
+    bpe = Tokenizer(BPE(byte_fallback=True, unk_token="<unk>"))
+    bpe.normalizer = normalizers.Replace(" ", "\u2581")
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never")
+    specials = GEMMA_SPECIALS + [f"<0x{i:02X}>" for i in range(256)] + GEMMA3_SPECIALS
+    bpe.train_from_iterator([" ".join(words)] * 3 + [w for w in words for _ in range(3)] + ["\n"] * 3,
+                            trainers.BpeTrainer(vocab_size=1000, min_frequency=1, special_tokens=specials,
+                                                show_progress=False))
+    model = json.loads(bpe.to_str())["model"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
+    tok = GemmaTokenizer(vocab=model["vocab"], merges=merges, add_bos_token=True, extra_special_tokens={
+        "image_token": "<image_soft_token>", "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>"})
+    tok.add_special_tokens({"additional_special_tokens": GEMMA3_SPECIALS}, replace_extra_special_tokens=False)
+    return tok
+
+
+def gemma3_model(folder: Path) -> dict:
+    """Gemma 3 (SigLIP + Gemma 3 text): a 32-px SigLIP with 8-px patches pooled to 4 soft tokens an image; tiny
+    sizes after transformers' tests/models/gemma3/test_modeling_gemma3.py (Gemma3Vision2TextModelTester); the
+    Gemma3 image processor (fixed square resize, pan-and-scan off as in its default) and Gemma 3's chat template."""
+    import torch
+    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor,
+                              Gemma3Processor)
+
+    from .chat_templates import GEMMA3
+
+    tok = gemma3_tokenizer()
+    ids = tok.convert_tokens_to_ids
+    torch.manual_seed(0)
+    cfg = Gemma3Config(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+                         sliding_window=512, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                         eos_token_id=[tok.eos_token_id, ids("<end_of_turn>")]),
+        vision_config=dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=37),
+        image_token_index=ids("<image_soft_token>"), boi_token_index=ids("<start_of_image>"),
+        eoi_token_index=ids("<end_of_image>"), mm_tokens_per_image=4)
+    Gemma3ForConditionalGeneration(cfg).save_pretrained(folder)
+    ip = Gemma3ImageProcessor(size={"height": 32, "width": 32}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    Gemma3Processor(image_processor=ip, tokenizer=tok, image_seq_length=4, chat_template=GEMMA3).save_pretrained(folder)
+    return {"id": str(folder), "local": True, "revision": "tiny"}
+
+
+def llava_onevision_model(folder: Path) -> dict:
+    """LLaVA-OneVision (SigLIP + Qwen2, anyres): a 16-px SigLIP tile with 8-px patches (4 tokens a tile), grid
+    pinpoints up to 32 px; tiny sizes after transformers' tests/models/llava_onevision/
+    test_modeling_llava_onevision.py; Qwen2's tokenizer + <image>/<video> and the -hf chat template
+    (convert_llava_onevision_weights_to_hf.py)."""
+    import torch
+    from transformers import (LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration,
+                              LlavaOnevisionImageProcessor, LlavaOnevisionProcessor)
+    from transformers.models.llava_onevision.video_processing_llava_onevision import LlavaOnevisionVideoProcessor
+
+    from .chat_templates import LLAVA_ONEVISION
+
+    tok = _qwen_kind_with(["<image>", "<video>"], {"image_token": "<image>", "video_token": "<video>"})
+    ids = tok.convert_tokens_to_ids
+    pinpoints = [[16, 16], [16, 32], [32, 16], [32, 32]]
+    torch.manual_seed(0)
+    cfg = LlavaOnevisionConfig(
+        text_config=dict(model_type="qwen2", vocab_size=len(tok), hidden_size=32, intermediate_size=37,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                         max_position_embeddings=580, eos_token_id=ids("<|im_end|>"), pad_token_id=tok.pad_token_id),
+        vision_config=dict(model_type="siglip_vision_model", image_size=16, patch_size=8, hidden_size=32,
+                           num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vision_use_head=False),
+        image_token_index=ids("<image>"), video_token_index=ids("<video>"), vision_feature_select_strategy="full",
+        vision_feature_layer=-1, image_grid_pinpoints=pinpoints)
+    LlavaOnevisionForConditionalGeneration(cfg).save_pretrained(folder)
+    geom = dict(size={"height": 16, "width": 16}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    LlavaOnevisionProcessor(image_processor=LlavaOnevisionImageProcessor(image_grid_pinpoints=pinpoints, **geom),
+                            tokenizer=tok, video_processor=LlavaOnevisionVideoProcessor(**geom), num_image_tokens=4,
+                            vision_feature_select_strategy="full",
+                            chat_template=LLAVA_ONEVISION).save_pretrained(folder)
+    return {"id": str(folder), "local": True, "revision": "tiny"}
+
+
 def owlv2_model(folder: Path) -> dict:
     import torch
     from transformers import Owlv2Config, Owlv2ForObjectDetection, Owlv2ImageProcessor, Owlv2Processor
@@ -273,6 +415,7 @@ KINDS = {"open_clip": open_clip_model, "clip": hf_clip_model, "blip": blip_vqa_m
          "llava": llava_model, "owlv2": owlv2_model, "grounding_dino": grounding_dino_model,
          "qwen3_vl": qwen3_vl_model, "qwen2_5_vl": qwen2_5_vl_model}
 KINDS["mask2former"] = mask2former_model  # GenEval's detector (scorers/geneval.py)
+KINDS.update(internvl=internvl_model, gemma3=gemma3_model, llava_onevision=llava_onevision_model)  # VLM judges
 VERSION = "v1"
 
 

@@ -167,8 +167,16 @@ class VlmJudge(YesNoScorer):
     # --- the model call ---------------------------------------------------------------------
     def encode(self, pairs: Sequence[tuple]):
         """Processor outputs for (image, query) pairs: rendered prompts, left-padded, on device."""
-        enc = self.processor(text=[self.render(q) for _, q in pairs], images=[im for im, _ in pairs],
-                             padding=True, return_tensors="pt", **self._image_kwargs).to(self.device)
+        texts = [self.render(q) for _, q in pairs]
+        # a template that writes <bos> itself (Gemma 3) must not get a second one: the rule of
+        # ProcessorMixin.apply_chat_template (processing_utils.py: add_special_tokens=False when the prompt
+        # starts with tokenizer.bos_token)
+        bos = getattr(self.tokenizer, "bos_token", None)
+        special = {"add_special_tokens": False} if bos and all(t.startswith(bos) for t in texts) else {}
+        # images nested one list per row: the unambiguous batch form (Gemma3Processor refuses a flat list,
+        # processing_gemma3.py validate_inputs; the others flatten it, image_utils.make_flat_list_of_images)
+        enc = self.processor(text=texts, images=[[im] for im, _ in pairs], padding=True, return_tensors="pt",
+                             **special, **self._image_kwargs).to(self.device)
         if "pixel_values" in enc and enc["pixel_values"].is_floating_point():
             enc["pixel_values"] = enc["pixel_values"].to(self.model.dtype)
         return enc
