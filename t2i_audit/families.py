@@ -16,6 +16,7 @@ from .errors import AuditError
 
 FAMILIES_FILE = Path(__file__).with_name("families.yaml")
 _HIDDEN = re.compile(r"hidden_states\[-(\d+)\]")
+_STACKED = re.compile(r"hidden_states\[(\d+(?:\s*,\s*\d+)+)\]")  # several layers, stacked (FLUX.2)
 
 
 @lru_cache(maxsize=1)
@@ -35,6 +36,11 @@ def block_lists() -> dict[str, str]:
 
 def image_stream_index(block_class: str) -> Optional[int]:
     return (_data().get("image_stream") or {}).get(block_class)
+
+
+def joint_sequence(denoiser_class: str) -> dict[str, str]:
+    """Block-list attribute → where the image tokens sit in its one caption+image sequence (families.yaml)."""
+    return dict((_data().get("joint_sequence") or {}).get(denoiser_class) or {})
 
 
 def conditioning_layer(pipeline_class: str, encoder: str, n_hidden: int, has_final: bool,
@@ -61,8 +67,26 @@ def conditioning_layer(pipeline_class: str, encoder: str, n_hidden: int, has_fin
                               "norm, not a stored layer")
             return f"h{n_hidden - 1 - clip_skip:02d}", f"hidden_states[-{clip_skip + 1}] (clip_skip)"
         return ("final" if has_final else f"h{n_hidden - 1:02d}"), "last_hidden_state"
+    stacked = stacked_layers(pipeline_class, encoder, call)
+    if stacked is not None:
+        return "cond", f"hidden_states{stacked} stacked on the feature axis (stored as 'cond')"
     m = _HIDDEN.fullmatch(str(spec))
     if not m:
         raise AuditError(f"{FAMILIES_FILE}: {pipeline_class}.{encoder}: unknown conditioning {spec!r}")
     k = int(m.group(1)) + (int(clip_skip) if clip_skip and fam.get("clip_skip") == "hidden" else 0)
     return f"h{n_hidden - k:02d}", f"hidden_states[-{k}]"
+
+
+def stacked_layers(pipeline_class: str, encoder: str, kwargs: dict | None = None) -> Optional[list[int]]:
+    """Indices of the hidden states a pipeline stacks side by side per token as its conditioning (FLUX.2:
+    ``hidden_states[10,20,30]``), or None. The family's ``stacked_layers`` names the encode_prompt kwarg that
+    overrides them (``text_encoder_out_layers``): its value in ``kwargs`` wins over the families.yaml default."""
+    fam = pipeline_family(pipeline_class) or {}
+    spec = (fam.get("conditioning") or {}).get(encoder)
+    m = _STACKED.fullmatch(str(spec)) if spec is not None else None
+    if not m:
+        return None
+    kwarg = fam.get("stacked_layers")
+    if kwarg and (kwargs or {}).get(kwarg) is not None:
+        return [int(k) for k in kwargs[kwarg]]
+    return [int(k) for k in m.group(1).split(",")]

@@ -11,7 +11,9 @@ merges the shards into images.jsonl. A kill loses at most the batch in flight.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
+import inspect
 import io
 import os
 import time
@@ -217,12 +219,15 @@ def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, items: l
         seeds = [image_seed(p["id"], k, s.seed) for p, k in batch]
         generators = [torch.Generator("cpu").manual_seed(x) for x in seeds]
         t0 = time.perf_counter()
-        out = pipe(prompt=[p["text"] for p, _ in batch], generator=generators, num_inference_steps=s.steps,
-                   guidance_scale=s.guidance, height=s.size, width=s.size, output_type="np", **card.call)
+        kwargs, ignored = pipeline_call_kwargs(type(pipe), [p["text"] for p, _ in batch], generators, steps=s.steps,
+                                               guidance=s.guidance, size=s.size, output_type="np", call=card.call)
+        if ignored and start == 0 and rank == 0:  # recorded, never hidden (e.g. a pipeline without guidance)
+            run.update_stage("generate", settings_not_accepted_by_pipeline=ignored)
+        out = pipe(**kwargs)
         seconds = (time.perf_counter() - t0) / len(batch)
         nsfw = getattr(out, "nsfw_content_detected", None) or [False] * len(batch)
         try:
-            _write_batch(run, card, batch, seeds, out.images, nsfw, seconds, rank)
+            _write_batch(run, card, batch, seeds, output_images(out), nsfw, seconds, rank)
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
@@ -231,6 +236,51 @@ def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, items: l
                              "same command to resume") from None
         bar.update(len(batch))
     bar.close()
+
+
+@functools.lru_cache(maxsize=None)
+def _call_parameters(pipeline_class: type) -> tuple[frozenset, bool]:
+    """Names ``__call__`` accepts, and whether it takes ``**kwargs`` (one signature read per class)."""
+    params = inspect.signature(pipeline_class.__call__).parameters
+    return frozenset(params), any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def pipeline_call_kwargs(pipeline_class: type, prompts: list, generators, *, steps: int, guidance: float,
+                         size: int, output_type: str, call: dict | None = None) -> tuple[dict, list[str]]:
+    """The keyword arguments of one generation call, as this pipeline class spells them.
+
+    Our ``guidance`` goes to the argument families.yaml names (``guidance_arg``; HunyuanImagePipeline.__call__
+    has ``distilled_guidance_scale`` and no ``guidance_scale``), else ``guidance_scale``. A setting the
+    pipeline's ``__call__`` does not accept is left out and returned (the caller records it); a card's
+    ``call`` key it does not accept is an error (a typo would otherwise be passed on or lost).
+    """
+    from .families import pipeline_family
+
+    names, var_kw = _call_parameters(pipeline_class)
+    guidance_arg = (pipeline_family(pipeline_class.__name__) or {}).get("guidance_arg", "guidance_scale")
+    ours = {"prompt": list(prompts), "generator": generators, "num_inference_steps": steps, guidance_arg: guidance,
+            "height": size, "width": size, "output_type": output_type}
+    kwargs = {k: v for k, v in ours.items() if var_kw or k in names}
+    ignored = sorted(set(ours) - set(kwargs))
+    unknown = [k for k in (call or {}) if not var_kw and k not in names]
+    if unknown:
+        raise AuditError(f"{pipeline_class.__name__}.__call__ has no argument {', '.join(map(repr, unknown))} "
+                         f"(the model card's call settings); it takes: {', '.join(sorted(names - {'self'}))}")
+    kwargs.update(call or {})
+    return kwargs, ignored
+
+
+def output_images(out):
+    """The images of a pipeline output: ``.images``; ``.image`` (Kandinsky5T2IPipeline returns
+    KandinskyImagePipelineOutput(image=...)); or the first frame of ``.frames`` (B, F, H, W, C) of a
+    video pipeline asked for one frame."""
+    for name in ("images", "image"):
+        if getattr(out, name, None) is not None:
+            return getattr(out, name)
+    frames = getattr(out, "frames", None)
+    if frames is not None:
+        return [f[0] for f in frames]
+    raise AuditError(f"{type(out).__name__}: no images, image or frames in the pipeline output")
 
 
 def _write_batch(run: RunDir, card: ModelCard, batch, seeds, images, nsfw, seconds: float, rank: int) -> None:

@@ -90,9 +90,25 @@ def discover_text_encoders(path_or_repo: str, revision: Optional[str] = None) ->
         if not key.startswith("text_encoder") or not isinstance(spec, list) or spec[0] is None:
             continue
         suffix = key[len("text_encoder"):]
-        kind = "t5" if "T5" in str(spec[1]) else "clip"
-        out.append({"name": key, "tokenizer": f"tokenizer{suffix}", "kind": kind})
+        out.append({"name": key, "tokenizer": f"tokenizer{suffix}", "kind": encoder_kind(str(spec[1]))})
     return out
+
+
+# text-encoder class name prefix (model_index.json) → kind; the first match wins (UMT5 before T5)
+_ENCODER_KINDS = (("CLIP", "clip"), ("UMT5", "umt5"), ("T5", "t5"), ("Qwen2_5_VL", "qwen2.5-vl"),
+                  ("Qwen2VL", "qwen2-vl"), ("Qwen3VL", "qwen3-vl"), ("Qwen3", "qwen3"), ("Qwen2", "qwen2"),
+                  ("Gemma3", "gemma3"), ("Gemma2", "gemma2"), ("Gemma", "gemma"), ("Llama", "llama"),
+                  ("Mistral3", "mistral3"), ("Mistral", "mistral"), ("Glm", "glm"), ("ByT5", "byt5"))
+
+
+def encoder_kind(class_name: str) -> str:
+    """The kind of a text encoder from its class name (``CLIPTextModelWithProjection`` → clip,
+    ``Qwen2_5_VLForConditionalGeneration`` → qwen2.5-vl, ``LlamaForCausalLM`` → llama); unknown → the
+    class name itself (never a wrong guess)."""
+    for prefix, kind in _ENCODER_KINDS:
+        if class_name.startswith(prefix):
+            return kind
+    return class_name
 
 
 @lru_cache(maxsize=1)

@@ -17,6 +17,9 @@ from t2i_audit import tiny
 from t2i_audit.errors import AuditError
 
 NAMES = sorted(tiny.TINY_MODELS)
+# HiDreamImagePipeline.__call__ rescales any size to the area of default_sample_size (128) latents, and
+# Kandinsky5T2IPipeline.__call__ snaps it to its resolutions (1024 px = 128 latents): 256 px here (2x VAEs)
+RESCALED = {"tiny-hidream": 256, "tiny-kandinsky5": 256}
 PROMPT = "a red cube left of a blue sphere"
 PROMPTS = [PROMPT, "three green cats above a yellow dog"]
 
@@ -45,10 +48,13 @@ def pipes(root):
 def generate(name, pipe, prompts, seeds, output="uint8"):
     import torch
 
+    from t2i_audit.generate import output_images
+
     card = tiny.TINY_MODELS[name]
     d = card["defaults"]
     images = pipe(
-        prompts,
+        # Flux2Pipeline's first parameter is `image`; a copy: ZImagePipeline._encode_prompt templates the list in place
+        prompt=list(prompts),
         generator=[torch.Generator("cpu").manual_seed(s) for s in seeds],
         num_inference_steps=d["steps"],
         guidance_scale=d["guidance"],
@@ -56,12 +62,15 @@ def generate(name, pipe, prompts, seeds, output="uint8"):
         width=d["size"],
         output_type="np",
         **card["call"],
-    ).images
+    )
+    images = output_images(images)  # .images, or Kandinsky5T2IPipeline's .image
     return (images * 255).round().astype(np.uint8) if output == "uint8" else images
 
 
 def test_cards_have_the_documented_shape():
-    assert NAMES == ["tiny-flux", "tiny-pixart", "tiny-qwen-image", "tiny-sana", "tiny-sd", "tiny-sd3", "tiny-sdxl"]
+    assert NAMES == ["tiny-chroma", "tiny-cogview4", "tiny-flux", "tiny-flux2", "tiny-flux2-klein", "tiny-hidream",
+                     "tiny-kandinsky5", "tiny-lumina2",
+                     "tiny-pixart", "tiny-qwen-image", "tiny-sana", "tiny-sd", "tiny-sd3", "tiny-sdxl", "tiny-z-image"]
     for card in tiny.TINY_MODELS.values():
         assert set(card["defaults"]) >= {"steps", "guidance", "size", "dtype"}
         assert card["defaults"]["size"] in (32, 64) and card["defaults"]["steps"] <= 4
@@ -76,11 +85,13 @@ def test_reloads_into_the_right_class_and_generates(name, pipes, root):
     for te in card["text_encoders"]:
         encoder = getattr(pipe, te["name"])
         want = {"t5": "T5EncoderModel", "clip": "CLIPTextModel", "gemma2": "Gemma2Model",
-                "qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration"}[te["kind"]]
+                "qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration", "glm": "GlmModel",
+                "qwen3": ("Qwen3Model", "Qwen3ForCausalLM"),  # Z-Image: the model; FLUX.2 [klein]: the causal LM
+                "mistral3": "Mistral3ForConditionalGeneration", "llama": "LlamaForCausalLM"}[te["kind"]]
         assert type(encoder).__name__.startswith(want)
         assert getattr(pipe, te["tokenizer"]) is not None
     image = generate(name, pipe, [PROMPT], [0])
-    size = card["defaults"]["size"]
+    size = RESCALED.get(name, card["defaults"]["size"])
     assert image.shape == (1, size, size, 3)
     assert image.std() > 1.0  # random weights give noise, never a constant (black or NaN) image
     folder = tiny.materialize(name, root)
@@ -189,11 +200,15 @@ def test_reloaded_tokenizers_match_the_built_ones(pipes):
     from t2i_audit import tiny_tokenizers
 
     built = {"clip": tiny.clip_tokenizer(), "t5": tiny.t5_tokenizer(), "qwen2.5-vl": tiny_tokenizers.qwen_tokenizer(),
-             "gemma2": tiny_tokenizers.gemma_tokenizer()}
-    max_length = {"clip": 77, "t5": 512, "qwen2.5-vl": 32768, "gemma2": 8192}
+             "gemma2": tiny_tokenizers.gemma_tokenizer(), "glm": tiny_tokenizers.glm_tokenizer(),
+             "qwen3": tiny_tokenizers.qwen3_tokenizer(),
+             "mistral3": tiny_tokenizers.mistral3_processor().tokenizer, "llama": tiny_tokenizers.llama3_tokenizer()}
+    max_length = {"clip": 77, "t5": 512, "qwen2.5-vl": 32768, "gemma2": 8192, "glm": 128000, "qwen3": 32768,
+                  "mistral3": 131072, "llama": 131072}
     for name, pipe in pipes.items():
         for te in tiny.TINY_MODELS[name]["text_encoders"]:
             loaded = getattr(pipe, te["tokenizer"])
+            loaded = getattr(loaded, "tokenizer", loaded)  # FLUX.2: a PixtralProcessor around the tokenizer
             assert loaded(PROMPT).input_ids == built[te["kind"]](PROMPT).input_ids, (name, te)
             assert loaded.model_max_length == max_length[te["kind"]]
 

@@ -111,6 +111,48 @@ def eval_generator_cmd(
     typer.echo(json.dumps(res["success"], indent=1))
 
 
+def _floats(text: str, what: str) -> tuple:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise AuditError(f"--{what} {text!r}: give comma-separated numbers, e.g. 0.33,0.5,0.75,1") from None
+
+
+@mini_app.command("sweep")
+def sweep_cmd(
+    out: Path = typer.Option(Path("reports/sweep"), help="Output folder (models/, sweep.json, index.html)."),
+    coverages: Optional[str] = typer.Option(None, help="Fractions of the 18 trainable colour-shape pairs "
+                                                       "(default 0.333,0.5,0.75,1)."),
+    seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds (default 0,1)."),
+    steps: Optional[int] = typer.Option(None, help="Optimisation steps per model (same for all)."),
+    samples: Optional[int] = typer.Option(None, help="Images per prompt at evaluation."),
+    device: str = typer.Option("cpu", help="cpu or cuda (evaluation)."),
+    smoke: bool = typer.Option(False, help="A tiny model, a few steps, 2 coverages × 1 seed (CI)."),
+    eval_only: bool = typer.Option(False, help="Evaluate/aggregate the models already trained; train none."),
+    train_only: bool = typer.Option(False, help="Train the missing models; evaluate none."),
+) -> None:
+    """Coverage sweep: train mini generators at several coverages of the colour × shape space, measure
+    held-out success and the denoiser's decodability, and relate them (sweep.json + index.html)."""
+    from .sweep import SweepConfig, run_sweep, smoke_sweep_config
+
+    kw: dict = {"device": device}
+    if coverages:
+        kw["coverages"] = _floats(coverages, "coverages")
+        if any(not 0 < c <= 1 for c in kw["coverages"]):
+            raise AuditError(f"--coverages {coverages!r}: each must be in (0, 1]")
+    if seeds:
+        kw["seeds"] = tuple(int(x) for x in _floats(seeds, "seeds"))
+    if steps is not None:
+        kw["steps"] = steps
+    if samples is not None:
+        kw["samples"] = samples
+    cfg = smoke_sweep_config(**kw) if smoke else SweepConfig(**kw)
+    res = run_sweep(out, cfg, eval_only=eval_only, train_only=train_only, log=typer.echo)
+    if res:
+        c1 = res["aggregate"].get("claim1_heldout_success_vs_coverage", {}).get("spearman_over_models", {})
+        typer.echo(f"held-out success vs coverage: {json.dumps(c1.get('spearman'))}")
+
+
 @mini_app.command("render")
 def render_cmd(
     text: str = typer.Argument(..., help='A mini caption, e.g. "a red circle to the left of a blue square".'),

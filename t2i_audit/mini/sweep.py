@@ -28,15 +28,15 @@ from __future__ import annotations
 import base64
 import io
 import json
-import math
 import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
+from .sweep_stats import _r, aggregate, holm  # noqa: F401  (holm re-exported)
 from .world import COLORS, HELDOUT_PAIRS, SHAPES, scene_for, scene_record
 
 HEADLINE_BLOCK = "mid"          # pre-registered: declared before any sweep result existed
@@ -54,13 +54,13 @@ class SweepConfig:
     coverages: tuple[float, ...] = DEFAULT_COVERAGES
     seeds: tuple[int, ...] = DEFAULT_SEEDS
     steps: int = 300                      # optimisation steps per model (equal compute)
-    batch: int = 32
+    batch: int = 16
     lr: float = 2e-3
     warmup: int = 20
     block_out_channels: tuple[int, ...] = (16, 32, 32)
     text_width: int = 32
     text_layers: int = 2
-    samples: int = 12                     # images per prompt at evaluation
+    samples: int = 8                      # images per prompt at evaluation
     eval_steps: int = 10                  # sampling steps (DDIM trailing)
     guidance: float = 7.0
     eval_batch: int = 96
@@ -133,22 +133,33 @@ def _done(folder: Path, cfg: SweepConfig) -> bool:
     return bool(c.get("final")) and c.get("steps") == cfg.steps
 
 
+def training_order(cfg: SweepConfig) -> list[tuple[float, int]]:
+    """Seed by seed; within a seed the extreme coverages first, so a sweep cut short still has
+    every coverage of the first seed and spans the range for the next."""
+    covs = sorted(cfg.coverages)
+    pri = sorted(range(len(covs)), key=lambda i: (min(i, len(covs) - 1 - i), i))
+    return [(covs[i], seed) for seed in cfg.seeds for i in pri]
+
+
 def train_models(out: Path, cfg: SweepConfig, log: Callable = print) -> list[dict]:
     """Train every (coverage, seed) model not yet finished (resumable); returns their cards."""
     from .train_generator import train_generator
 
     cards = []
-    for seed in cfg.seeds:
-        for cov in cfg.coverages:
-            folder = out / "models" / model_name(cov, seed)
-            if _done(folder, cfg):
-                log(f"{folder.name}: done, skipped")
-                cards.append(json.loads((folder / "card.json").read_text()))
-                continue
-            log(f"{folder.name}: training {cfg.steps} steps on {len(seen_pairs(cov, seed))} pairs")
-            card = train_generator(folder, generator_config(cfg, cov, seed), log=lambda m: None)
-            log(f"{folder.name}: {card['steps']} steps, {card['cpu_seconds']} CPU s")
-            cards.append(card)
+    for cov, seed in training_order(cfg):
+        folder = out / "models" / model_name(cov, seed)
+        if _done(folder, cfg):
+            log(f"{folder.name}: done, skipped")
+            cards.append(json.loads((folder / "card.json").read_text()))
+            continue
+        log(f"{folder.name}: training {cfg.steps} steps on {len(seen_pairs(cov, seed))} pairs")
+        def progress(msg: str, name: str = folder.name) -> None:  # every 100th step only
+            if msg.startswith("step") and int(msg.split()[1]) % 100 == 0:
+                log(f"{name}: {msg}")
+
+        card = train_generator(folder, generator_config(cfg, cov, seed), log=progress)
+        log(f"{folder.name}: {card['steps']} steps, {card['cpu_seconds']} CPU s")
+        cards.append(card)
     return cards
 
 
@@ -235,7 +246,7 @@ def probe_layers(acts: dict, tags: dict, y: dict[str, np.ndarray], groups: np.nd
             items.append((X, None, control_labels(y[t], groups, seed=0), folds, True))
     fits = oof_proba_many(items, seed=0, backend="torch", device="cpu")
     out: dict = {}
-    for (name, t, kind), (X, _r, yy, _f, _s), (proba, classes) in zip(names, items, fits):
+    for (name, t, kind), (_x, _rows, yy, _f, _s), (proba, classes) in zip(names, items, fits):
         correct = classes[proba.argmax(1)] == yy
         p_true = proba[np.arange(len(yy)), np.searchsorted(classes, yy)]
         out.setdefault(name, {}).setdefault(t, {})[kind] = {"correct": correct, "p_true": p_true}
@@ -293,153 +304,6 @@ def evaluate_model(folder: Path, cfg: SweepConfig, coverage: float, seed: int) -
             "layers": sorted(probes), "steps_hooked": tags, "grid_png_b64": _grid_png(first),
             "eval_seconds": round(time.time() - t0, 1)}
 
-
-def _r(v, nd: int = 4):
-    if v is None:
-        return None
-    v = float(v)
-    return None if math.isnan(v) else round(v, nd)
-
-
-# ---------------------------------------------------------------- aggregation across models
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (NaN stays NaN and is not counted)."""
-    p = np.asarray(pvalues, float)
-    ok = np.where(np.isfinite(p))[0]
-    adj = np.full(len(p), np.nan)
-    order = ok[np.argsort(p[ok])]
-    m, running = len(order), 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        adj[i] = running
-    return adj.tolist()
-
-
-def _corr(x, y, cfg: SweepConfig, seed: int = 0) -> dict:
-    from ..stats import correlation
-
-    res = correlation(x, y, n_boot=cfg.n_boot, n_perm=cfg.n_perm, seed=seed)
-    return {"n": res["n"], **{k: {"r": _r(v["r"]), "ci": [_r(c) for c in v["ci"]], "p_perm": _r(v["p_perm"])}
-                              for k, v in res.items() if k != "n"}}
-
-
-def _cluster_boot_spearman(models: list[dict], value: Callable, cfg: SweepConfig, seed: int = 0) -> list:
-    """95 % CI of Spearman(coverage, value(model, compositions)) resampling the held-out
-    compositions (the unit that generalises) with replacement."""
-    from ..stats import _spearman_axis
-
-    comps = sorted({c["composition"] for m in models for c in m["eval"]["per_composition"] if c["split"] == "heldout"})
-    if len(models) < 3 or len(comps) < 2:
-        return [None, None]
-    rng = np.random.default_rng(seed)
-    cov = np.array([m["coverage"] for m in models], float)
-    rs = []
-    for _ in range(cfg.n_boot):
-        pick = list(rng.choice(comps, len(comps)))
-        ys = np.array([value(m, pick) for m in models], float)
-        if np.ptp(ys) > 0 and np.ptp(cov) > 0:
-            rs.append(float(_spearman_axis(cov, ys)))
-    if len(rs) < 10:
-        return [None, None]
-    lo, hi = np.quantile(rs, [0.025, 0.975])
-    return [_r(lo), _r(hi)]
-
-
-def _heldout_rate(m: dict, comps: Sequence[str]) -> float:
-    by = {c["composition"]: c for c in m["eval"]["per_composition"]}
-    k = sum(by[c]["k"] for c in comps)
-    n = sum(by[c]["n"] for c in comps)
-    return k / n if n else math.nan
-
-
-def _heldout_decod(layer: str) -> Callable:
-    def f(m: dict, comps: Sequence[str]) -> float:
-        by = {c["composition"]: c for c in m["eval"]["per_composition"]}
-        return float(np.mean([by[c]["decodability"][layer] for c in comps]))
-    return f
-
-
-def aggregate(models: list[dict], cfg: SweepConfig) -> dict:
-    """Claim 1 (held-out success vs coverage), decodability vs coverage, claim 2 (per-composition
-    decodability ↔ success pooled over models); headline layer pre-registered, the rest Holm."""
-    from ..analysis import wilson
-
-    done = [m for m in models if m.get("eval")]
-    if not done:
-        return {"n_models": 0}
-    layers = done[0]["eval"]["layers"]
-    headline = f"{HEADLINE_BLOCK}@{HEADLINE_STEP}"
-    if headline not in layers:
-        raise ValueError(f"pre-registered layer {headline} not hooked (have {layers})")
-    cov = [m["coverage"] for m in done]
-    held = [m["eval"]["success"]["heldout"]["rate"] for m in done]
-    seen = [m["eval"]["success"]["seen"]["rate"] for m in done]
-    claim1 = {"x": "coverage (fraction of the 18 trainable pairs)", "y": "held-out success (pixel judge)",
-              "spearman_over_models": _corr(cov, held, cfg),
-              "spearman_ci_resampling_heldout_compositions": _cluster_boot_spearman(done, _heldout_rate, cfg),
-              "seen_success_vs_coverage": _corr(cov, seen, cfg)}
-    per_cov = []
-    for c in sorted(set(cov)):
-        ms = [m for m in done if m["coverage"] == c]
-        row = {"coverage": _r(c), "n_models": len(ms), "n_seen_pairs": ms[0]["n_seen_pairs"],
-               "seeds": [m["seed"] for m in ms]}
-        for s in ("heldout", "seen", "uncovered"):
-            k = sum(m["eval"]["success"][s]["k"] for m in ms)
-            n = sum(m["eval"]["success"][s]["n"] for m in ms)
-            rate, lo, hi = wilson(k, n)
-            row[s] = {"k": k, "n": n, "rate": _r(rate), "ci": [_r(lo), _r(hi)]}
-        row["heldout_decodability"] = {
-            L: _r(np.mean([_heldout_decod(L)(m, [c["composition"] for c in m["eval"]["per_composition"]
-                                               if c["split"] == "heldout"]) for m in ms])) for L in layers}
-        per_cov.append(row)
-    claim1["per_coverage"] = per_cov
-
-    def decod_vs_cov(layer: str) -> dict:
-        ys = [_heldout_decod(layer)(m, [c["composition"] for c in m["eval"]["per_composition"]
-                                        if c["split"] == "heldout"]) for m in done]
-        out = _corr(cov, ys, cfg)
-        out["ci_resampling_heldout_compositions"] = _cluster_boot_spearman(done, _heldout_decod(layer), cfg)
-        return out
-
-    def decod_vs_success(layer: str, split: str | None) -> dict:
-        pts = [(m["name"], c["composition"], c["decodability"][layer], c["success"])
-               for m in done for c in m["eval"]["per_composition"] if split is None or c["split"] == split]
-        out = _corr([p[2] for p in pts], [p[3] for p in pts], cfg)
-        out["points"] = [{"model": a, "composition": b, "x": x, "y": y} for a, b, x, y in pts]
-        return out
-
-    def with_holm(fn) -> dict:
-        res = {L: fn(L) for L in layers}
-        explore = [L for L in layers if L != headline]
-        adj = holm([res[L]["spearman"]["p_perm"] if res[L]["spearman"]["p_perm"] is not None else math.nan
-                    for L in explore])
-        for L, a in zip(explore, adj):
-            res[L]["spearman"]["p_holm"] = _r(a)
-        return {"headline_layer": headline, "headline": res[headline],
-                "exploration": {L: res[L] for L in explore},
-                "correction": f"Holm over the {len(explore)} exploratory layers (the pre-registered layer is not "
-                              "corrected)"}
-
-    claim2_held = with_holm(lambda L: decod_vs_success(L, "heldout"))
-    claim2_all = with_holm(lambda L: decod_vs_success(L, None))
-    for block in (claim2_all["headline"], *claim2_all["exploration"].values()):
-        block.pop("points", None) if block is not claim2_all["headline"] else None
-    for block in claim2_held["exploration"].values():
-        block.pop("points", None)
-    return {
-        "n_models": len(done), "layers": layers, "headline_layer": headline,
-        "claim1_heldout_success_vs_coverage": claim1,
-        "decodability_vs_coverage": with_holm(decod_vs_cov),
-        "claim2_decodability_vs_success_heldout": claim2_held,
-        "claim2_decodability_vs_success_all_compositions": claim2_all,
-        "units": {"decodability": "mean out-of-fold probe probability of the true colour and of the true shape, "
-                                  "averaged (grouped CV by composition over all 24 compositions)",
-                  "success": "pixel judge: the image shows the prompt's shape in the prompt's colour",
-                  "claim2_points": "one point per (model, composition), pooled over models; bootstrap over "
-                                   "points, permutation p over pairings"},
-    }
 
 
 # ---------------------------------------------------------------- the whole sweep
@@ -517,7 +381,7 @@ def run_sweep(out: Path | str, cfg: SweepConfig | None = None, *, eval_only: boo
         if m.get("eval"):
             m["eval"] = {k: v for k, v in m["eval"].items() if k != "grid_png_b64"}
     result["complete"] = all(m["status"] == "evaluated" for m in models)
-    result["aggregate"] = aggregate(models, cfg)
+    result["aggregate"] = aggregate(models, cfg, f"{HEADLINE_BLOCK}@{HEADLINE_STEP}")
     (out / "sweep.json").write_text(json.dumps(result, indent=1))
     from .sweep_page import render_page
 

@@ -180,13 +180,14 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
         dtype = "float32"
     ids = [p["id"] for p in prompts]
     mode = {"call": card.call, "dtype": dtype}
+    state = state or process_state(device)
+    state.wait_for_everyone()  # no process reads what the main one is still merging
     fps = {e["name"]: encoder_fingerprint(path, e, card.revision) for e in encoders}
     keys = {name: _encoder_key(fp, layers, poolings, ids, mode) for name, fp in fps.items()}
     metas = {name: m for name in keys if (m := _finished(Path(out_dir) / name, keys[name])) is not None}
     todo = [name for name in keys if name not in metas]
     if not todo:
         return metas
-    state = state or process_state(device)
     main = state.is_main_process
     parts = {name: Path(out_dir) / name / ".parts" / keys[name] for name in todo}
     for folder in parts.values():
@@ -235,12 +236,12 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
         metas[name] = _finish_encoder(enc_dir, parts[name], n_chunks, ids, key=keys[name], fingerprint=fps[name],
                                       info=json.loads((parts[name] / "info.json").read_text()),
                                       kind=next(e.get("kind") for e in encoders if e["name"] == name),
-                                      model=model, progress=progress, processes=state.num_processes)
+                                      model=model, progress=progress)
     return metas
 
 
 def _finish_encoder(enc_dir: Path, parts: Path, n_chunks: int, ids: list[str], *, key: str, fingerprint: str,
-                    info: dict, kind: str | None, model: str, progress: bool, processes: int = 1) -> dict:
+                    info: dict, kind: str | None, model: str, progress: bool) -> dict:
     names, trunc = merge_parts(enc_dir, parts, n_chunks, len(ids))
     atomic_write_jsonl(enc_dir / "index.jsonl", ({"row": i, "prompt_id": pid} for i, pid in enumerate(ids)))
     meta = {
@@ -250,7 +251,7 @@ def _finish_encoder(enc_dir: Path, parts: Path, n_chunks: int, ids: list[str], *
         "arrays": names, "dim": int(np.load(enc_dir / f"{names[0]}.npy", mmap_mode="r").shape[1]) if names else 0,
         "truncated": [pid for pid, t in zip(ids, trunc) if t],
         "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names),
-        "parts": n_chunks, "processes": processes,  # how it was extracted (not what it holds)
+        "parts": n_chunks,  # CHUNK rows each; the process count is left out (the fit key hashes meta.json)
         **info,
     }
     atomic_write_json(enc_dir / "meta.json", meta)

@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import AuditError
-from ..families import block_lists, image_stream_index, pipeline_family
+from ..families import block_lists, image_stream_index, joint_sequence, pipeline_family
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from .activations import merge_parts
 
@@ -107,12 +107,25 @@ class BlockRecorder:
         self.step, self.call_in_step = int(step) + 1, -1
 
     def __enter__(self):
-        def pre(_module, _args):
-            self.call_in_step += 1
+        import torch
 
-        self.handles.append(self.denoiser.register_forward_pre_hook(pre))
+        joint = joint_sequence(type(self.denoiser).__name__)
+        in_joint = {name: joint[attr] for attr, label in block_lists().items() if attr in joint
+                    for name in self.blocks if _label_of(label, name)}
+        rows = {}
+
+        def pre(_module, args, kwargs):
+            self.call_in_step += 1
+            if in_joint:
+                rows.update({layout: _image_rows(self.denoiser, layout, args, kwargs)
+                             for layout in set(in_joint.values())})
+
+        self.handles.append(self.denoiser.register_forward_pre_hook(pre, with_kwargs=True))
         for name, block in self.blocks.items():
             def hook(_m, _inp, out, name=name, cls=type(block).__name__):
+                if name in in_joint:  # one caption+image sequence: keep the image rows only
+                    starts, count = rows[in_joint[name]]
+                    out = torch.stack([out[i, s:s + count] for i, s in enumerate(starts)])
                 pooled, n = pool_output(out, cls)
                 if pooled is not None:
                     self.store[(name, self.step, self.call_in_step)] = pooled.cpu().numpy()
@@ -126,12 +139,39 @@ class BlockRecorder:
         self.handles = []
 
 
+def _label_of(label: str, name: str) -> bool:
+    """Is block ``name`` one of the blocks that block_lists label format ``label`` names?"""
+    head = label.split("{")[0]
+    return name == label or (name.startswith(head) and name[len(head):].isdigit())
+
+
+def _image_rows(denoiser, layout: str, args, kwargs) -> tuple[list[int], int]:
+    """(first image row per sample, image token count) in a joint caption+image sequence (families.yaml
+    joint_sequence). The latents: Lumina2 ``hidden_states`` (B, C, H, W); Z-Image ``x``, a list of (C, F, H, W)."""
+    if layout == "all_caption_rows_first":  # FLUX.2 / Chroma single blocks: cat([every caption row, packed tokens])
+        packed = kwargs["hidden_states"]  # (B, image tokens, C): already packed by the pipeline
+        return [int(kwargs["encoder_hidden_states"].shape[1])] * packed.shape[0], int(packed.shape[1])
+    latent = kwargs.get("hidden_states", kwargs.get("x", args[0] if args else None))
+    items = list(latent) if isinstance(latent, (list, tuple)) else list(latent.unbind(0))
+    patch = (kwargs.get("patch_size") or getattr(denoiser.config, "patch_size", None)
+             or inspect.signature(denoiser.forward).parameters["patch_size"].default)  # Z-Image: a forward kwarg
+    count = (items[0].shape[-2] // patch) * (items[0].shape[-1] // patch)
+    if layout == "image_first":
+        return [0] * len(items), count
+    if layout == "caption_first":  # after each caption's real tokens
+        return [int(n) for n in kwargs["encoder_attention_mask"].sum(1).tolist()], count
+    raise AuditError(f"families.yaml joint_sequence: unknown layout {layout!r}")
+
+
 def _step_callback(pipe, recorder: BlockRecorder) -> tuple[dict, str]:
     """Call kwargs that make the pipeline report each finished loop iteration to ``recorder``."""
     params = inspect.signature(pipe.__call__).parameters
     if "callback_on_step_end" in params:
+        # families.yaml callback_passes: sigma (CogView4 hands the callback sigmas[i]): the loop's t is timesteps[i]
+        by_sigma = (pipeline_family(type(pipe).__name__) or {}).get("callback_passes") == "sigma"
+
         def on_step_end(_pipe, i, t, _kwargs):
-            recorder.step_end(i, t)
+            recorder.step_end(i, _pipe.scheduler.timesteps[i] if by_sigma else t)
             return {}
         return {"callback_on_step_end": on_step_end}, "callback_on_step_end"
     if "callback" in params and "callback_steps" in params:  # older pipelines (PixArt-Σ)
@@ -159,14 +199,17 @@ def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, 
     """
     import torch
 
+    from ..generate import output_images, pipeline_call_kwargs
+
     denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
     if denoiser is None:
         raise AuditError(f"{type(pipe).__name__}: no unet or transformer to hook")
     gens = [torch.Generator("cpu").manual_seed(int(s)) for s in seeds]
     with BlockRecorder(denoiser) as rec, torch.inference_mode():
         cb, counted_by = _step_callback(pipe, rec)
-        result = pipe(prompt=list(texts), generator=gens, num_inference_steps=steps, guidance_scale=guidance,
-                      height=size, width=size, output_type=output_type, **(call_kwargs or {}), **cb)
+        kwargs, _ = pipeline_call_kwargs(type(pipe), list(texts), gens, steps=steps, guidance=guidance, size=size,
+                                         output_type=output_type, call=call_kwargs)  # as generate calls it
+        result = pipe(**kwargs, **cb)
     if counted_by.startswith("denoiser calls"):  # one call = one step
         store = {(b, c, 0): v for (b, _s, c), v in rec.store.items()}
     else:
@@ -184,9 +227,10 @@ def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, 
                 continue
             tag = f"{block}__t{step:03d}"
             suffix = labels[calls.index(c)]
-            if len(arr) == 2 * n:  # classifier-free guidance batched: [uncond, cond]
-                out[f"{tag}-uncond{suffix}"] = arr[:n]
-                out[f"{tag}-cond{suffix}"] = arr[n:]
+            if len(arr) == 2 * n:  # classifier-free guidance batched: [uncond, cond] (Z-Image: cfg_batch)
+                first, second = (pipeline_family(type(pipe).__name__) or {}).get("cfg_batch") or ("uncond", "cond")
+                out[f"{tag}-{first}{suffix}"] = arr[:n]
+                out[f"{tag}-{second}{suffix}"] = arr[n:]
             elif len(arr) == n:  # one branch per call (or no guidance): the call's label
                 out[f"{tag}{suffix or '-cond'}"] = arr
             else:
@@ -195,7 +239,7 @@ def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, 
             "timesteps": {f"t{s:03d}": rec.timesteps.get(s) for s in want},
             "image_positions": dict(rec.positions)}
     if output_type != "latent":
-        info["images"] = result.images
+        info["images"] = output_images(result)
     return out, info
 
 
@@ -244,6 +288,8 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
     from ..processes import process_state
 
     rd = rd if isinstance(rd, RunDir) else RunDir(rd)
+    state = state or process_state(device)
+    state.wait_for_everyone()  # no process reads what the main one is still merging
     prompts = rd.read_prompts()
     card = resolve_model(model)
     s = run_settings(rd, card, device)
@@ -257,7 +303,6 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
     meta_path = enc_dir / "meta.json"
     if meta_path.exists() and json.loads(meta_path.read_text()).get("key") == key:
         return json.loads(meta_path.read_text())
-    state = state or process_state(device)
     main = state.is_main_process
     parts = enc_dir / ".parts" / key
     parts.mkdir(parents=True, exist_ok=True)
@@ -305,7 +350,7 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
             "hooked_steps": hooked,
             "timesteps": {f"t{t:03d}": _timestep_of(info, t) for t in hooked},
             "image_positions": info["image_positions"], "batch_size": batch_size, "truncated": [],
-            "parts": n_chunks, "processes": state.num_processes,  # how it was extracted
+            "parts": n_chunks,  # CHUNK rows each; the process count is left out (the fit key hashes meta.json)
             "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names)}
     atomic_write_json(meta_path, meta)
     shutil.rmtree(enc_dir / ".parts", ignore_errors=True)

@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..errors import AuditError
-from ..families import conditioning_layer, pipeline_family
+from ..families import conditioning_layer, pipeline_family, stacked_layers
 
 # encode_prompt parameters that we set ourselves (the prompt, devices, no CFG, no precomputed embeds)
 _OURS = {"device", "num_images_per_prompt", "do_classifier_free_guidance", "lora_scale", "self"}
@@ -46,6 +46,7 @@ class EncoderCall:
     offsets: Optional[list] = None
     untruncated_lengths: Optional[list] = None
     notes: list = field(default_factory=list)
+    stacked: Optional[list] = None  # hidden-state indices the pipeline stacks per token (FLUX.2): 'cond'
 
 
 class _RecordingTokenizer:
@@ -58,6 +59,25 @@ class _RecordingTokenizer:
     def __call__(self, text=None, *args, **kwargs):
         out = self._tok(text, *args, **kwargs)
         self.calls.append((text, args, kwargs, out))
+        return out
+
+    def apply_chat_template(self, conversation, *args, **kwargs):
+        """A chat template that tokenizes (FLUX.2: a PixtralProcessor's ``apply_chat_template(tokenize=True)``)
+        is recorded as the equivalent tokenizer call on the rendered text, so ``_describe`` finds its ids, mask
+        and offsets as for ``__call__``; a template rendered as text only (``tokenize=False``) records nothing
+        (the pipeline then calls the tokenizer on that text, recorded by ``__call__``)."""
+        out = self._tok.apply_chat_template(conversation, *args, **kwargs)
+        as_lists = lambda ids: ids.tolist() if hasattr(ids, "tolist") else list(ids)  # noqa: E731  (ragged ok)
+        if kwargs.get("tokenize", True) and hasattr(out, "keys") and "input_ids" in out:  # ids, as a dict
+            rendered = self._tok.apply_chat_template(conversation, *args,
+                                                     **{**kwargs, "tokenize": False, "return_dict": False})
+            tok = getattr(self._tok, "tokenizer", self._tok)  # a processor's own tokenizer
+            kw = {k: kwargs[k] for k in ("padding", "truncation", "max_length", "return_tensors") if k in kwargs}
+            for special in (False, True):  # transformers adds no specials to a rendered template, unless told
+                again = tok(rendered, **kw, add_special_tokens=special)["input_ids"]
+                if as_lists(again) == as_lists(out["input_ids"]):
+                    self.calls.append((rendered, (), {**kw, "add_special_tokens": special}, out))
+                    break
         return out
 
     def __getattr__(self, name):
@@ -182,6 +202,8 @@ def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, 
         ids, mask_passed, output = calls[enc]
         proxy = proxies.get(tokenizer_for(enc))
         out.append(_describe(enc, ids, mask_passed, output, proxy, offsets=offsets))
+    for c in out:  # the layers the pipeline stacks, as this call runs it (encode_prompt's kwarg or default)
+        c.stacked = stacked_layers(type(pipe).__name__, c.encoder, kwargs)
     _rows_the_denoiser_sees(pipe, out, kwargs)
     return out, returned
 
@@ -212,17 +234,45 @@ def _rows_the_denoiser_sees(pipe, calls: list[EncoderCall], kwargs: dict) -> Non
             call.untruncated_lengths = [n - d for n, d in zip(call.untruncated_lengths, dropped)]
 
 
+def _per_prompt_calls(calls: list, ids):
+    """One-prompt tokenizer calls whose rows, stacked, are ``ids`` (Flux2Klein ``_get_qwen3_prompt_embeds``
+    tokenizes prompt by prompt and concatenates), as one call: (texts, args, kwargs, {input_ids, attention_mask})."""
+    import torch
+
+    n = ids.shape[0]
+    for end in range(len(calls), n - 1, -1):
+        window = calls[end - n:end]
+        if not all(isinstance(c[0], str) and torch.as_tensor(c[3]["input_ids"]).shape == (1, ids.shape[1])
+                   for c in window):
+            continue
+        got = torch.cat([torch.as_tensor(c[3]["input_ids"]) for c in window]).cpu()
+        if torch.equal(got, ids):
+            masks = [c[3].get("attention_mask") for c in window]
+            res = {"input_ids": got}
+            if all(m is not None for m in masks):
+                res["attention_mask"] = torch.cat([torch.as_tensor(m) for m in masks])
+            return [c[0] for c in window], window[0][1], window[0][2], res
+    return None
+
+
 def _describe(enc: str, ids, mask_passed: bool, output, proxy, *, offsets: bool) -> EncoderCall:
     """Find the tokenizer call that produced ``ids``: its text, real-token mask and offsets."""
     import torch
 
-    match = None
+    match, left = None, 0
     for text, args, kw, res in reversed(proxy.calls if proxy is not None else []):
         got = res["input_ids"]
         got = got if isinstance(got, torch.Tensor) else torch.tensor(got)
         if got.shape == ids.shape and torch.equal(got.cpu(), ids):
             match = (text, args, kw, res)
             break
+        # the pipeline padded the tokenizer's ids further on the left (CogView4: to a multiple of 16)
+        extra = ids.shape[-1] - got.shape[-1]
+        if got.ndim == 2 and extra > 0 and got.shape[0] == ids.shape[0] and torch.equal(got.cpu(), ids[:, extra:]):
+            match, left = (text, args, kw, res), extra
+            break
+    if match is None and proxy is not None:
+        match = _per_prompt_calls(proxy.calls, ids)
     if match is None:
         real = ids.new_ones(ids.shape, dtype=torch.bool)
         return EncoderCall(enc, [None] * len(ids), ids, real, mask_passed, output,
@@ -231,12 +281,17 @@ def _describe(enc: str, ids, mask_passed: bool, output, proxy, *, offsets: bool)
     texts = [text] if isinstance(text, str) else list(text)
     mask = res.get("attention_mask")
     real = (torch.as_tensor(mask).bool() if mask is not None else ids.new_ones(ids.shape, dtype=torch.bool)).cpu()
+    if left:
+        real = torch.cat([real.new_zeros(real.shape[0], left), real], dim=1)
     call = EncoderCall(enc, texts, ids, real, mask_passed, output)
-    tok = proxy._tok
+    if left:
+        call.notes.append(f"the pipeline left-pads the tokenizer's ids with {left} more pad tokens (not real)")
+    tok = getattr(proxy._tok, "tokenizer", proxy._tok)  # a processor (FLUX.2's Pixtral): its own tokenizer
     if offsets:
         try:
             again = tok(text, *args, **{**kw, "return_offsets_mapping": True})
-            call.offsets = [[tuple(o) for o in row] for row in torch.as_tensor(again["offset_mapping"]).tolist()]
+            call.offsets = [[(0, 0)] * left + [tuple(o) for o in row]
+                            for row in torch.as_tensor(again["offset_mapping"]).tolist()]
         except (NotImplementedError, TypeError, ValueError, KeyError):
             call.notes.append("tokenizer gives no offsets: slot spans unavailable")
     full = tok(texts, add_special_tokens=kw.get("add_special_tokens", True), truncation=False)["input_ids"]
@@ -283,7 +338,8 @@ def token_slots(offsets, spans: dict, slot_names: Sequence[str], real) -> dict[s
 
 def layer_tensors(call: EncoderCall) -> dict[str, "object"]:
     """Stored layer name → tensor: ``h00``… (hidden_states), ``final`` (last_hidden_state where it
-    differs from the last hidden state: CLIP's final norm), ``pooled`` (text_embeds / pooler_output)."""
+    differs from the last hidden state: CLIP's final norm), ``pooled`` (text_embeds / pooler_output),
+    ``cond`` (several hidden states side by side per token, where the pipeline stacks them: FLUX.2)."""
     import torch
 
     out_ = call.output
@@ -299,6 +355,8 @@ def layer_tensors(call: EncoderCall) -> dict[str, "object"]:
         pooled = getattr(out_, "pooler_output", None)
     if pooled is not None:
         layers["pooled"] = pooled
+    if call.stacked:  # pipeline_flux2*.py: torch.stack(hidden_states[k] ...).permute(0, 2, 1, 3).reshape(B, L, -1)
+        layers["cond"] = torch.cat([hidden[k] for k in call.stacked], dim=-1)
     return layers
 
 
@@ -345,12 +403,17 @@ class PipelineTextEncoder:
         n_hidden = sum(1 for n in layers if n.startswith("h"))
         cond, how = conditioning_layer(self.pipeline_class, enc, n_hidden, "final" in layers, self.call)
         fam = pipeline_family(self.pipeline_class) or {}
-        return {"pipeline": self.pipeline_class, "encode_kwargs": self.mode,
+        info = {"pipeline": self.pipeline_class, "encode_kwargs": self.mode,
                 "sequence_length": int(call.input_ids.shape[1]), "mask_passed": call.mask_passed,
                 "conditioning_layer": cond, "conditioning": how,
                 "pooled_used": enc in (fam.get("pooled") or []),
                 "eos": "the last real token (the tokenizer's attention mask)",
                 "notes": call.notes}
+        per_block = (fam.get("per_block_layers") or {}).get(enc)
+        if per_block:  # HiDream: each denoiser block also gets its own layer of this encoder
+            info["per_block_layers"] = (f"denoiser block i also gets hidden_states[1:][{per_block}[i]] "
+                                        f"(transformer config {per_block!r}): stored layer h(k+1) for entry k")
+        return info
 
     def encode(self, texts: Sequence[str], spans: Sequence[dict], *, layers="all",
                poolings: Sequence[str] = ("eos", "mean", "slot"), slot_names: Sequence[str] = ()) -> dict:

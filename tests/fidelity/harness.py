@@ -40,6 +40,31 @@ FAMILIES = {
     "tiny-sana": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "select_rows": (1, 300 - 1),
                   # SanaPipeline.check_inputs: height and width divisible by 32 (the real DC-AE's factor)
                   "run": {"size": 64}},
+    # pipeline_cogview4.py _get_glm_embeds: hidden_states[-2] of every row, left padding (the tokenizer's and the
+    # pipeline's own, to a multiple of 16) included, no mask
+    "tiny-cogview4": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
+    # pipeline_lumina2.py _get_gemma_prompt_embeds: hidden_states[-2] of all 256 rows (system prompt included, right
+    # padding), the mask passed beside it
+    "tiny-lumina2": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
+    # pipeline_z_image.py _encode_prompt: hidden_states[-2] of the REAL tokens only, one tensor per prompt (a list,
+    # zero-padded here to compare); __call__ batches CFG as [cond, uncond] in one transformer call
+    "tiny-z-image": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "real_only": True, "cond_first": True},
+    # pipeline_flux2.py / pipeline_flux2_klein.py: hidden_states[10,20,30] / [9,18,27] side by side per token
+    # (the layer `cond`), all max_sequence_length (512) rows, no mask
+    "tiny-flux2": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
+    "tiny-flux2-klein": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
+    # pipeline_chroma.py _get_t5_prompt_embeds: T5 (masked) output of all 512 rows
+    "tiny-chroma": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
+    # pipeline_hidream_image.py: the transformer's own text stream is [T5 (128 rows), Llama stack[llama_layers[-1]]
+    # (128 rows)] (transformer_hidream_image.py initial_encoder_hidden_states, before caption_projection): see
+    # denoiser_inputs; pooled_embeds = both CLIPs' text_embeds side by side
+    "tiny-hidream": {"states": {"text_encoder_3": (slice(0, 128), ALL), "text_encoder_4": (slice(128, 256), ALL)},
+                     "pooled": {"text_encoder": ("pooled_embeds", slice(0, 32)),
+                                "text_encoder_2": ("pooled_embeds", slice(32, 64))}},
+    # pipeline_kandinsky_t2i.py _encode_prompt_qwen: hidden_states[-1] from row 40 on, padding rows KEPT (no mask);
+    # CLIP pooler_output = pooled_projections
+    "tiny-kandinsky5": {"states": {"text_encoder": (ALL, ALL)}, "drop_rows": 40,
+                        "pooled": {"text_encoder_2": ("pooled_projections", ALL)}},
 }
 
 PROMPTS = ["a red cube to the left of a blue sphere", "Three GREEN dogs and a purple cup on a table"]
@@ -49,6 +74,12 @@ def as_denoiser_sees(family: str, call, states):
     """Our encoder states laid out as the denoiser receives them: unchanged, or (``drop_prefix``) without
     the template's first rows and with zeros where the tokenizer padded (Qwen-Image re-pads with zeros)."""
     spec = FAMILIES[family]
+    if spec.get("real_only"):  # Z-Image: each prompt's real rows, zero-padded to the longest
+        from torch.nn.utils.rnn import pad_sequence
+
+        return pad_sequence([s[r.to(s.device)] for s, r in zip(states, call.real)], batch_first=True)
+    if spec.get("drop_rows"):  # Kandinsky 5: the template's first rows dropped, padding rows kept as they are
+        return states[:, spec["drop_rows"]:]
     if spec.get("select_rows"):  # Sana: the first rows and the last ones, padding included
         first, last = spec["select_rows"]
         return states[:, list(range(first)) + list(range(states.shape[1] - last, states.shape[1]))]
@@ -56,6 +87,11 @@ def as_denoiser_sees(family: str, call, states):
     if not k:
         return states
     return states[:, k:] * call.real[:, k:].to(states.device, states.dtype)[..., None]
+
+
+def real_rows(family: str, call):
+    """(B, rows) bool: which rows of what the denoiser receives are the real tokens (padding may be on the left)."""
+    return as_denoiser_sees(family, call, call.real[..., None].float())[..., 0].bool()
 
 
 def denoiser_inputs(pipe, texts, call: dict | None = None) -> dict:
@@ -81,7 +117,18 @@ def denoiser_inputs(pipe, texts, call: dict | None = None) -> dict:
         h.remove()
     n = len(texts)
     half = lambda t: t[-n:]  # noqa: E731  CFG batches [uncond, cond]: the conditional half is last
-    out = {"encoder_hidden_states": half(got["encoder_hidden_states"])}
+    states = got.get("encoder_hidden_states")
+    if states is None and "encoder_hidden_states_t5" in got:  # HiDream: T5 and a stack of Llama layers (L, 2B, …)
+        llama = got["encoder_hidden_states_llama3"][:, -n:]
+        out_ = {"encoder_hidden_states_llama3": llama, "pooled_embeds": half(got["pooled_embeds"])}
+        last = pipe.transformer.config.llama_layers[-1]  # the Llama entry in the text stream every block sees
+        states = torch.cat([got["encoder_hidden_states_t5"], got["encoder_hidden_states_llama3"][last]], dim=1)
+        return {"encoder_hidden_states": half(states), **out_}
+    if states is None:  # Z-Image: transformer(x, t, cap_feats) positionally, cap_feats a list [cond..., uncond...]
+        from torch.nn.utils.rnn import pad_sequence
+
+        states = pad_sequence(list(got["_args"][2][:n]), batch_first=True)
+    out = {"encoder_hidden_states": half(states)}
     if "pooled_projections" in got:
         out["pooled_projections"] = half(got["pooled_projections"])
     if (got.get("added_cond_kwargs") or {}).get("text_embeds") is not None:  # SDXL (PixArt passes others)

@@ -27,7 +27,8 @@ from .harness import FAMILIES
 # fell back to the card would not reproduce the images
 RUN = dict(steps=3, guidance=4.0, size=48, batch_size=2, limit=2)
 run_for = lambda family: {**RUN, **FAMILIES.get(family, {}).get("run", {})}  # noqa: E731  (harness overrides)
-DIT_PATCH = {"tiny-sd3": 2, "tiny-flux": 2, "tiny-pixart": 2}  # patch_size (FLUX: 2x2 latent packing)
+DIT_PATCH = {"tiny-sd3": 2, "tiny-flux": 2, "tiny-pixart": 2, "tiny-cogview4": 2, "tiny-lumina2": 2,
+             "tiny-z-image": 2}  # patch_size (FLUX: 2x2 latent packing)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +75,9 @@ def test_hooked_tensor_is_the_image_stream(family, size):
                            call_kwargs=card.call, at_steps=[0])
     latent_tokens = (size // pipe.vae_scale_factor // DIT_PATCH[family]) ** 2
     assert info["image_positions"] and set(info["image_positions"].values()) == {latent_tokens}
-    width = getattr(pipe.transformer, "inner_dim", None) or pipe.transformer.config.num_attention_heads * \
-        pipe.transformer.config.attention_head_dim
+    config = pipe.transformer.config  # Lumina2: hidden_size, Z-Image: dim
+    width = getattr(pipe.transformer, "inner_dim", None) or config.get("hidden_size") or config.get("dim") or \
+        config.num_attention_heads * config.attention_head_dim
     assert all(v.shape == (1, width) for v in out.values())
 
 

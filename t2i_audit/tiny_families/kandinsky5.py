@@ -1,0 +1,58 @@
+"""tiny-kandinsky5: Kandinsky5T2IPipeline with Qwen2.5-VL (chat template, 40 rows dropped) and CLIP (pooled)."""
+
+from __future__ import annotations
+
+from ..tiny import _clip_config, _seeded, _vae, clip_tokenizer
+from ..tiny_tokenizers import QWEN_SPECIALS, kandinsky5_qwen_tokenizer
+
+CARDS = {
+    "tiny-kandinsky5": {
+        "pipeline": "Kandinsky5T2IPipeline",
+        "family": "kandinsky5",
+        "text_encoders": [{"name": "text_encoder", "tokenizer": "tokenizer", "kind": "qwen2.5-vl"},
+                          {"name": "text_encoder_2", "tokenizer": "tokenizer_2", "kind": "clip"}],
+        "defaults": {"steps": 2, "guidance": 3.5, "size": 32, "dtype": "float32"},
+        "call": {"negative_prompt": ""},  # as the real card
+    },
+}
+
+
+def build(name: str) -> dict:
+    # after diffusers tests/pipelines/kandinsky5/test_kandinsky5_t2i.py get_dummy_components (vocabularies ours).
+    # Kandinsky5T2IPipeline.__call__ snaps any (width, height) not in self.resolutions (1024 px and six other
+    # shapes, reset on every load) to the closest aspect ratio: 1024 x 1024 for a square, so the latents are
+    # 128 x 128 whatever the size asked (4096 visual tokens: __call__'s rope positions assume patch 2); one visual
+    # block, a small VAE without attention keep the tiny bearable (~1.5 s a step and prompt with CFG on 1 thread).
+    from diffusers import FlowMatchEulerDiscreteScheduler, Kandinsky5Transformer3DModel
+    from transformers import CLIPTextModel, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tok, tok2 = kandinsky5_qwen_tokenizer(), clip_tokenizer()
+    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
+    qwen = Qwen2_5_VLConfig(
+        text_config={"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                     "num_key_value_heads": 2, "rope_theta": 1000000.0,
+                     "rope_scaling": {"mrope_section": [2, 2, 4], "rope_type": "default", "type": "default"},
+                     "vocab_size": len(tok), "bos_token_id": ids["<|endoftext|>"],
+                     "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]},
+        vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32},
+        hidden_size=32, vocab_size=len(tok), vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"], vision_token_id=ids["<|image_pad|>"],
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"])
+    return {
+        "vae": _seeded(name, "vae", lambda: _vae(latent_channels=16, blocks=(8, 16), scaling_factor=0.3611, shift_factor=0.1159,
+                                                 mid_block_add_attention=False, use_quant_conv=False,
+                                                 use_post_quant_conv=False, force_upcast=True)),
+        "text_encoder": _seeded(name, "text_encoder", lambda: Qwen2_5_VLForConditionalGeneration(qwen)),
+        "tokenizer": tok,
+        "text_encoder_2": _seeded(name, "text_encoder_2",
+                                  lambda: CLIPTextModel(_clip_config(tok2, hidden=16, projection=16))),
+        "tokenizer_2": tok2,
+        "transformer": _seeded(name, "transformer", lambda: Kandinsky5Transformer3DModel(
+            in_visual_dim=16, in_text_dim=32, in_text_dim2=16, time_dim=16, out_visual_dim=16, patch_size=(1, 2, 2),
+            model_dim=16, ff_dim=32, num_text_blocks=1, num_visual_blocks=1, axes_dims=(1, 1, 2), visual_cond=False,
+            attention_type="regular")),
+        "scheduler": FlowMatchEulerDiscreteScheduler(shift=7.0),
+    }
+
+
+BUILDERS = {"kandinsky5": build}
