@@ -47,12 +47,24 @@ def build(name: str) -> dict:
         "text_encoder_2": _seeded(name, "text_encoder_2",
                                   lambda: CLIPTextModel(_clip_config(tok2, hidden=16, projection=16))),
         "tokenizer_2": tok2,
-        "transformer": _seeded(name, "transformer", lambda: Kandinsky5Transformer3DModel(
+        "transformer": _seeded(name, "transformer", lambda: _modulated(Kandinsky5Transformer3DModel(
             in_visual_dim=16, in_text_dim=32, in_text_dim2=16, time_dim=16, out_visual_dim=16, patch_size=(1, 2, 2),
             model_dim=16, ff_dim=32, num_text_blocks=1, num_visual_blocks=1, axes_dims=(1, 1, 2), visual_cond=False,
-            attention_type="regular")),
+            attention_type="regular"))),
         "scheduler": FlowMatchEulerDiscreteScheduler(shift=7.0),
     }
+
+
+def _modulated(transformer):
+    """transformer_kandinsky.py initialises every Kandinsky5Modulation out_layer to zero (all gates shut: a fresh
+    model ignores its text and makes the same image for every prompt); random small values open them."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in transformer.named_parameters():
+            if ".modulation.out_layer." in f".{name}" or "_modulation.out_layer." in name:
+                param.normal_(std=0.1)
+    return transformer
 
 
 BUILDERS = {"kandinsky5": build}
