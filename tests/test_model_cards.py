@@ -42,7 +42,8 @@ def test_models_lists_family_from_families_yaml():
     assert rows["qwen-image"]["family"] == rows["tiny-qwen-image"]["family"] == "qwen-image"
     assert rows["sana-1.5"]["family"] == rows["tiny-sana"]["family"] == "sana"
     assert rows["sd-xl"]["family"] == "sdxl"
-    assert rows["flux2-dev"]["family"] == "-"  # no families.yaml data for Flux2Pipeline yet
+    assert rows["flux2-dev"]["family"] == rows["tiny-flux2"]["family"] == "flux2"
+    assert rows["sana-sprint"]["family"] == "-"  # no families.yaml data for SanaSprintPipeline
 
 
 def test_models_command_shows_pipeline_licence_gated():
@@ -51,6 +52,6 @@ def test_models_command_shows_pipeline_licence_gated():
     header, *lines = out.output.splitlines()
     assert header.split()[:3] == ["name", "family", "pipeline"] and "licence" in header and "gated" in header
     row = next(line.split() for line in lines if line.startswith("flux2-dev "))
-    assert row[1:3] == ["-", "Flux2Pipeline"] and "flux-dev-non-commercial" in row and "yes" in row
+    assert row[1:3] == ["flux2", "Flux2Pipeline"] and "flux-dev-non-commercial" in row and "yes" in row
     as_json = json.loads(CliRunner().invoke(app, ["models", "--json"]).output)
     assert {r["name"]: r["gated"] for r in as_json}["z-image-turbo"] is False
