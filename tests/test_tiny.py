@@ -20,6 +20,9 @@ NAMES = sorted(tiny.TINY_MODELS)
 # HiDreamImagePipeline.__call__ rescales any size to the area of default_sample_size (128) latents, and
 # Kandinsky5T2IPipeline.__call__ snaps it to its resolutions (1024 px = 128 latents): 256 px here (2x VAEs)
 RESCALED = {"tiny-hidream": 256, "tiny-kandinsky5": 256}
+# pipeline_kandinsky_t2i.py _encode_prompt_qwen pads a batch to its longest prompt and the transformer attends to the
+# padding rows (no mask): a prompt's image depends on the other prompts of its batch
+BATCH_DEPENDENT = {"tiny-kandinsky5": "Kandinsky5T2IPipeline: unmasked padding to the batch's longest prompt"}
 PROMPT = "a red cube left of a blue sphere"
 PROMPTS = [PROMPT, "three green cats above a yellow dog"]
 
@@ -116,7 +119,7 @@ def test_prompt_changes_the_image(name, pipes):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_batch_with_generator_list_equals_single_calls(name, pipes):
+def test_batch_with_generator_list_equals_single_calls(name, pipes, request):
     """Batch of 2 with 2 CPU generators vs 2 single calls with the same seeds.
 
     Not bit-exact on CPU: oneDNN conv and GEMM kernels choose batch-size-dependent algorithms
@@ -125,6 +128,8 @@ def test_batch_with_generator_list_equals_single_calls(name, pipes):
     uint8 level. Measured: tiny-sdxl and tiny-sd3 have 1 such pixel for these prompts; the others
     are byte-identical. The text encoders are exactly batch-invariant.
     """
+    if name in BATCH_DEPENDENT:  # strict: the day the pipeline stops depending on its batch, this fails
+        request.applymarker(pytest.mark.xfail(strict=True, reason=BATCH_DEPENDENT[name]))
     batch = generate(name, pipes[name], PROMPTS, [11, 12], output="float")
     single = np.concatenate([generate(name, pipes[name], [p], [s], output="float")
                              for p, s in zip(PROMPTS, [11, 12])])
@@ -203,13 +208,16 @@ def test_reloaded_tokenizers_match_the_built_ones(pipes):
              "gemma2": tiny_tokenizers.gemma_tokenizer(), "glm": tiny_tokenizers.glm_tokenizer(),
              "qwen3": tiny_tokenizers.qwen3_tokenizer(),
              "mistral3": tiny_tokenizers.mistral3_processor().tokenizer, "llama": tiny_tokenizers.llama3_tokenizer()}
+    # same kind, vocabulary also trained on the pipeline's own template (its 40-token prefix)
+    own = {"tiny-kandinsky5": tiny_tokenizers.kandinsky5_qwen_tokenizer()}
     max_length = {"clip": 77, "t5": 512, "qwen2.5-vl": 32768, "gemma2": 8192, "glm": 128000, "qwen3": 32768,
                   "mistral3": 131072, "llama": 131072}
     for name, pipe in pipes.items():
         for te in tiny.TINY_MODELS[name]["text_encoders"]:
             loaded = getattr(pipe, te["tokenizer"])
             loaded = getattr(loaded, "tokenizer", loaded)  # FLUX.2: a PixtralProcessor around the tokenizer
-            assert loaded(PROMPT).input_ids == built[te["kind"]](PROMPT).input_ids, (name, te)
+            want = own.get(name, built[te["kind"]]) if te["name"] == "text_encoder" else built[te["kind"]]
+            assert loaded(PROMPT).input_ids == want(PROMPT).input_ids, (name, te)
             assert loaded.model_max_length == max_length[te["kind"]]
 
 

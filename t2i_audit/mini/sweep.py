@@ -311,7 +311,8 @@ def evaluate_model(folder: Path, cfg: SweepConfig, coverage: float, seed: int) -
 
 def _eval_key(cfg: SweepConfig) -> dict:
     return {"samples": cfg.samples, "eval_steps": cfg.eval_steps, "guidance": cfg.guidance,
-            "n_splits": cfg.n_splits, "prompts": len(ALL_PAIRS), "version": 1}
+            "n_splits": cfg.n_splits, "prompts": len(ALL_PAIRS), "version": 1,
+            **({"device": cfg.device} if cfg.device != "cpu" else {})}  # GPU kernels give other images
 
 
 def model_entry(out: Path, cfg: SweepConfig, cov: float, seed: int) -> dict:

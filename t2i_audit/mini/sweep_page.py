@@ -67,7 +67,8 @@ def render_page(res: dict, grids: dict[str, str]) -> str:
     o.append("<h2>Design</h2><ul>")
     o.append(f"<li>Space: {escape(design['space'])}. Held-out pairs, seen by <b>no</b> model: "
              f"{escape(', '.join(design['heldout_pairs']))}.</li>")
-    o.append(f"<li>Coverage: {escape(design['coverage'])}. Coverages {escape(str(cfg['coverages']))}, seeds "
+    covs = ", ".join(f"{c:.3g}" for c in cfg["coverages"])
+    o.append(f"<li>Coverage: {escape(design['coverage'])}. Coverages {escape(covs)}, seeds "
              f"{escape(str(cfg['seeds']))}.</li>")
     o.append(f"<li>Compute: {escape(design['compute'])}. <b>Reduced generator</b> (so one model trains in a few "
              f"CPU-minutes on one thread): UNet blocks {escape(str(cfg['block_out_channels']))}, text encoder "
@@ -116,7 +117,7 @@ def render_page(res: dict, grids: dict[str, str]) -> str:
              f"held-out decodability at {escape(L)} (mean p(true)); bands: Wilson 95 % (seeds pooled)</div>")
     pts = [{"x": p["x"], "y": p["y"], "composition": f"{p['model']} {p['composition']}"}
            for p in c2["headline"].get("points", [])]
-    o.append("<div class='fig'>" + scatter(pts, x_label=f"decodability {L}", y_label="success") +
+    o.append("<div class='fig'>" + str(scatter(pts, x_label=f"decodability {L}", y_label="success")) +
              "<br>held-out compositions × models</div></div>")
 
     o.append("<table><tr><th>coverage</th><th>seen pairs</th><th>models</th><th>held-out success</th>"
@@ -146,7 +147,10 @@ def render_page(res: dict, grids: dict[str, str]) -> str:
                  f"<td>{_f(d['color']['control_accuracy'])} / {_f(d['shape']['control_accuracy'])}</td></tr>")
     o.append("</table><p class='muted'>Decodability columns: out-of-fold probe accuracy on the held-out "
              "compositions' items; chance 1/6 (colour), 1/4 (shape); control = accuracy on random labels per "
-             "composition (all items).</p>")
+             "composition (all items). Accuracy far <i>below</i> chance means the constituent is not encoded: "
+             "with grouped CV the probe then predicts from the other constituent, and the training folds hold "
+             "that colour only with the other shapes (and vice versa). Training samples of each model (the "
+             "trainer's fixed grid): <code>models/&lt;model&gt;_samples/</code>.</p>")
 
     o.append("<h2>Exploration: every hooked layer (Holm-corrected)</h2><table><tr><th class='l'>layer</th>"
              "<th>decodability vs coverage ρ [CI]</th><th>Holm p</th><th>claim 2, held-out ρ [CI]</th>"
@@ -156,7 +160,8 @@ def render_page(res: dict, grids: dict[str, str]) -> str:
         for block in (dvc, c2, c2all):
             r = block["headline"] if layer == L else block["exploration"][layer]
             s = r["spearman"]
-            rows.append(f"<td>{_f(s['r'])} {_ci(s['ci'])}</td><td>{'pre-registered' if layer == L else _f(s.get('p_holm'), 3)}</td>")
+            holm_p = "pre-registered" if layer == L else _f(s.get("p_holm"), 3)
+            rows.append(f"<td>{_f(s['r'])} {_ci(s['ci'])}</td><td>{holm_p}</td>")
         o.append(f"<tr><td class='l'>{'<b>' if layer == L else ''}{escape(layer)}{'</b>' if layer == L else ''}"
                  f"</td>{''.join(rows)}</tr>")
     o.append("</table>")

@@ -51,7 +51,8 @@ def shard_path(rd: RunDir, scorer: str, rank: int) -> Path:
 def score_shards(rd: RunDir, scorer: str) -> list[Path]:
     """Every process's shard of ``scorer`` (of any process count), by rank."""
     found = (rd.scores_dir / "shards").glob(f"{scorer}.rank*.jsonl")
-    return sorted(found, key=lambda p: int(p.name[len(scorer) + 5:-6]) if p.name[len(scorer) + 5:-6].isdigit() else -1)
+    ranks = {p: p.stem.rsplit(".rank", 1)[1] for p in found}
+    return sorted((p for p, r in ranks.items() if r.isdigit()), key=lambda p: int(ranks[p]))
 
 
 def _by_image(records: Iterable[dict]) -> dict[tuple, list[dict]]:
