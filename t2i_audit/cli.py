@@ -77,12 +77,16 @@ def models_cmd(as_json: bool = typer.Option(False, "--json")):
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    typer.echo(f"{'name':<17} {'family':<7} {'pipeline':<27} {'steps':>5} {'cfg':>5} {'size':>5} {'dtype':<9} "
-               f"{'licence':<26} {'gated':<5} source")
+    table = [["name", "family", "pipeline", "steps", "cfg", "size", "dtype", "licence", "gated", "source"]]
     for r in rows:
-        gated = {True: "yes", False: "no"}.get(r["gated"], "-")
-        typer.echo(f"{r['name']:<17} {r['family']:<7} {r['pipeline'] or '-':<27} {r['steps']:>5} {r['guidance']:>5} "
-                   f"{r['size']:>5} {r['dtype']:<9} {r['licence'] or '-':<26} {gated:<5} {r['source']}")
+        table.append([r["name"], r["family"], r["pipeline"] or "-", str(r["steps"]), str(r["guidance"]),
+                      str(r["size"]), r["dtype"], r["licence"] or "-",
+                      {True: "yes", False: "no"}.get(r["gated"], "-"), r["source"]])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    right = {3, 4, 5}  # numbers
+    for row in table:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        typer.echo(" ".join(cells + [row[-1]]))
 
 
 @prompts_app.command("validate")
