@@ -39,9 +39,10 @@ def build(name: str) -> dict:
         vision_end_token_id=ids["<|vision_end|>"], vision_token_id=ids["<|image_pad|>"],
         image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"])
     return {
-        "vae": _seeded(name, "vae", lambda: _vae(latent_channels=16, blocks=(8, 16), scaling_factor=0.3611, shift_factor=0.1159,
-                                                 mid_block_add_attention=False, use_quant_conv=False,
-                                                 use_post_quant_conv=False, force_upcast=True)),
+        "vae": _seeded(name, "vae", lambda: _vae(latent_channels=16, blocks=(8, 16), scaling_factor=0.3611,
+                                                 shift_factor=0.1159, mid_block_add_attention=False,
+                                                 use_quant_conv=False, use_post_quant_conv=False,
+                                                 force_upcast=True)),
         "text_encoder": _seeded(name, "text_encoder", lambda: Qwen2_5_VLForConditionalGeneration(qwen)),
         "tokenizer": tok,
         "text_encoder_2": _seeded(name, "text_encoder_2",

@@ -75,7 +75,8 @@ def test_discovered_encoders_carry_their_kind(tmp_path):
              "text_encoder": ["transformers", "CLIPTextModelWithProjection"],
              "text_encoder_2": ["transformers", "CLIPTextModelWithProjection"],
              "text_encoder_3": ["transformers", "T5EncoderModel"],
-             "text_encoder_4": ["transformers", "LlamaForCausalLM"], "tokenizer_4": ["transformers", "PreTrainedTokenizerFast"],
+             "text_encoder_4": ["transformers", "LlamaForCausalLM"],
+             "tokenizer_4": ["transformers", "PreTrainedTokenizerFast"],
              "text_encoder_5": [None, None], "transformer": ["diffusers", "HiDreamImageTransformer2DModel"]}
     (tmp_path / "model_index.json").write_text(json.dumps(index))
     got = discover_text_encoders(str(tmp_path))
