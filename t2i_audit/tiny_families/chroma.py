@@ -7,7 +7,6 @@ transformer every row plus an attention mask of the real tokens and the first pa
 
 from __future__ import annotations
 
-from ..tiny import _seeded, _t5_encoder, _vae, t5_tokenizer
 
 CARDS = {
     "tiny-chroma": {
@@ -43,3 +42,8 @@ def build(name: str) -> dict:
 
 
 BUILDERS = {"chroma": build}
+
+
+# Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
+# BUILDERS must exist by then), and these helpers are only used inside the builders.
+from ..tiny import _seeded, _t5_encoder, _vae, t5_tokenizer  # noqa: E402

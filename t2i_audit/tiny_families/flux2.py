@@ -10,7 +10,6 @@ choice and ``joint_attention_dim`` is 3 x the text width, as on the real models 
 
 from __future__ import annotations
 
-from ..tiny import _seeded
 # qwen3_tokenizer: the Qwen3 kind shared with tiny-z-image (byte-level BPE + Qwen3's chat template)
 from ..tiny_tokenizers import MISTRAL_SPECIALS, mistral3_processor, qwen3_tokenizer
 
@@ -103,3 +102,8 @@ def build_klein(name: str) -> dict:
 
 
 BUILDERS = {"flux2": build_flux2, "flux2-klein": build_klein}
+
+
+# Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
+# BUILDERS must exist by then), and these helpers are only used inside the builders.
+from ..tiny import _seeded  # noqa: E402

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..tiny import _clip_config, _seeded, _t5_encoder, _vae, clip_tokenizer, t5_tokenizer
 from ..tiny_tokenizers import llama3_tokenizer
 
 CARDS = {
@@ -63,3 +62,8 @@ def build(name: str) -> dict:
 
 
 BUILDERS = {"hidream": build}
+
+
+# Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
+# BUILDERS must exist by then), and these helpers are only used inside the builders.
+from ..tiny import _clip_config, _seeded, _t5_encoder, _vae, clip_tokenizer, t5_tokenizer  # noqa: E402

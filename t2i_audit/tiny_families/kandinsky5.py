@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..tiny import _clip_config, _seeded, _vae, clip_tokenizer
 from ..tiny_tokenizers import QWEN_SPECIALS, kandinsky5_qwen_tokenizer
 
 CARDS = {
@@ -69,3 +68,8 @@ def _modulated(transformer):
 
 
 BUILDERS = {"kandinsky5": build}
+
+
+# Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
+# BUILDERS must exist by then), and these helpers are only used inside the builders.
+from ..tiny import _clip_config, _seeded, _vae, clip_tokenizer  # noqa: E402

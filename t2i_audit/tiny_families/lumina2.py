@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..tiny import _seeded
 from ..tiny_tokenizers import gemma_tokenizer
 
 CARDS = {
@@ -49,3 +48,8 @@ def build(name: str) -> dict:
 
 
 BUILDERS = {"lumina2": build}
+
+
+# Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
+# BUILDERS must exist by then), and these helpers are only used inside the builders.
+from ..tiny import _seeded  # noqa: E402
