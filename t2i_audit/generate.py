@@ -17,10 +17,11 @@ import inspect
 import io
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 from .errors import AuditError
+from .families import pipeline_family
 from .models import ModelCard
 from .rundir import RunDir, append_jsonl, atomic_write_bytes, atomic_write_jsonl, read_jsonl, repair_jsonl
 
@@ -198,6 +199,13 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
                          world_size=world, settings=asdict(s), requested=len(prompts) * s.images_per_prompt,
                          reused=len(done))
     pipe = load_pipeline(card, device, dtype) if items else None
+    if pipe is not None and s.batch_size > 1 and (pipeline_family(type(pipe).__name__) or {}).get("batch_dependent"):
+        # the pipeline pads a batch to its longest prompt and the denoiser sees that padding unmasked:
+        # an image would depend on its batch-mates (Kandinsky 5), so every image is made alone
+        s = replace(s, batch_size=1)
+        if state.is_main_process:
+            run.update_stage("generate", settings=asdict(s), batch_size_note=(
+                f"{type(pipe).__name__}: images depend on their batch-mates; batch size 1 used"))
     if state.is_main_process and pipe is not None:
         run.update_stage("generate", device_name=_device_name(device), pipeline=type(pipe).__name__,
                          resolved_from=str(pipe.config.get("_name_or_path", "")))
@@ -224,10 +232,14 @@ def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, items: l
         if ignored and start == 0 and rank == 0:  # recorded, never hidden (e.g. a pipeline without guidance)
             run.update_stage("generate", settings_not_accepted_by_pipeline=ignored)
         out = pipe(**kwargs)
+        images = output_images(out)
+        if start == 0 and rank == 0 and tuple(images[0].shape[:2]) != (s.size, s.size):
+            run.update_stage("generate", size_note=f"{type(pipe).__name__} made {images[0].shape[1]}x"
+                             f"{images[0].shape[0]} px for --size {s.size} (the pipeline's own size rule)")
         seconds = (time.perf_counter() - t0) / len(batch)
         nsfw = getattr(out, "nsfw_content_detected", None) or [False] * len(batch)
         try:
-            _write_batch(run, card, batch, seeds, output_images(out), nsfw, seconds, rank)
+            _write_batch(run, card, batch, seeds, images, nsfw, seconds, rank, s.size)
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
@@ -254,7 +266,6 @@ def pipeline_call_kwargs(pipeline_class: type, prompts: list, generators, *, ste
     pipeline's ``__call__`` does not accept is left out and returned (the caller records it); a card's
     ``call`` key it does not accept is an error (a typo would otherwise be passed on or lost).
     """
-    from .families import pipeline_family
 
     names, var_kw = _call_parameters(pipeline_class)
     guidance_arg = (pipeline_family(pipeline_class.__name__) or {}).get("guidance_arg", "guidance_scale")
@@ -283,19 +294,23 @@ def output_images(out):
     raise AuditError(f"{type(out).__name__}: no images, image or frames in the pipeline output")
 
 
-def _write_batch(run: RunDir, card: ModelCard, batch, seeds, images, nsfw, seconds: float, rank: int) -> None:
+def _write_batch(run: RunDir, card: ModelCard, batch, seeds, images, nsfw, seconds: float, rank: int,
+                 size: int | None = None) -> None:
     """PNGs first (atomic), then one appended line per image: a record never outruns its file."""
     records = []
     for (p, k), seed, arr, unsafe in zip(batch, seeds, images, nsfw):
         png, flags = _to_png(arr)
         if unsafe:
             flags.append("nsfw")
+
         path = run.image_path(p["id"], k)
         atomic_write_bytes(path, png)
         records.append({"prompt_id": p["id"], "sample": k, "seed": seed, "path": run.rel(path),
                         "sha256": hashlib.sha256(png).hexdigest(), "width": int(arr.shape[1]),
                         "height": int(arr.shape[0]), "seconds": round(seconds, 4), "flags": flags,
-                        "model": card.name, "rank": rank})
+                        "model": card.name, "rank": rank,
+                        # the pipeline chose another size (HiDream, Kandinsky 5): recorded, not a defect flag
+                        **({"requested_size": size} if size and tuple(arr.shape[:2]) != (size, size) else {})})
     append_jsonl(run.image_shard(rank), records)
 
 

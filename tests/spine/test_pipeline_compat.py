@@ -83,3 +83,20 @@ def test_discovered_encoders_carry_their_kind(tmp_path):
     assert [(t["name"], t["tokenizer"], t["kind"]) for t in got] == [
         ("text_encoder", "tokenizer", "clip"), ("text_encoder_2", "tokenizer_2", "clip"),
         ("text_encoder_3", "tokenizer_3", "t5"), ("text_encoder_4", "tokenizer_4", "llama")]
+
+
+def test_batch_dependent_pipeline_generates_one_at_a_time_and_resizes_are_recorded(repo_root, tmp_path):
+    """Kandinsky 5 pads a batch to its longest prompt and its transformer sees the padding unmasked, so
+    generate makes its images alone (recorded); it also snaps 32 px to its 1024 px table: recorded, not excluded."""
+    from t2i_audit import api
+    from t2i_audit.rundir import RunDir
+
+    cfg = api.make_config(dict(model="tiny-kandinsky5", prompts=[str(repo_root / "prompts/colors.yaml")], limit=2,
+                               steps=1, batch_size=2, stages=["prompts", "generate"], out=str(tmp_path / "r"),
+                               device="cpu"))
+    rd = RunDir(api.run_audit(cfg, progress=False))
+    gen = rd.read_manifest()["stages"]["generate"]
+    assert gen["settings"]["batch_size"] == 1 and "batch-mates" in gen["batch_size_note"]
+    images = rd.read_images()
+    assert len(images) == 2 and all(r["width"] != 32 and r["requested_size"] == 32 and not r["flags"] for r in images)
+    assert "for --size 32" in gen["size_note"]
