@@ -36,7 +36,7 @@ from typing import Callable
 
 import numpy as np
 
-from .sweep_stats import _r, aggregate, holm  # noqa: F401  (holm re-exported)
+from .sweep_stats import _r, aggregate
 from .world import COLORS, HELDOUT_PAIRS, SHAPES, scene_for, scene_record
 
 HEADLINE_BLOCK = "mid"          # pre-registered: declared before any sweep result existed

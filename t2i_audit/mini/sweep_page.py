@@ -14,7 +14,8 @@ body{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:24px auto;paddi
 h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 th{background:#f4f4f7}td.l,th.l{text-align:left}.muted{color:#777}.warn{background:#fff4d6;padding:8px;border:1px solid #e6c65c}
-.grid{stroke:#e6e6ea}.tl{font-size:10px;fill:#555}.al{font-size:11px;fill:#333}.ref{stroke:#999;stroke-dasharray:3 3}
+.grid{stroke:#e6e6ea}.tl{font-size:10px;fill:#555}.al{font-size:11px;fill:#333}
+.ref{stroke:#999;stroke-dasharray:3 3}
 .pt{fill:#0072B2;opacity:.55}.figs{display:flex;flex-wrap:wrap;gap:18px}.fig{font-size:12px}
 .thumbs{display:flex;flex-wrap:wrap;gap:14px}.thumbs figure{margin:0;font-size:12px}
 code{background:#f4f4f7;padding:0 3px}
@@ -41,6 +42,16 @@ def _corr_text(c: dict, extra_ci: list | None = None, holm: bool = False) -> str
     if extra_ci:
         txt += f"; CI resampling held-out compositions {_ci(extra_ci)}"
     return txt
+
+
+def _verdict(s: dict, y: str, x: str) -> str:
+    if s["r"] is None or s["ci"][0] is None:
+        return f"undetermined ({y} or {x} does not vary enough)."
+    if s["ci"][0] > 0:
+        return f"{y} rises with {x} (95 % CI of ρ above 0)."
+    if s["ci"][1] < 0:
+        return f"{y} FALLS with {x} (95 % CI of ρ below 0)."
+    return f"no evidence of a monotone relation between {y} and {x} (95 % CI of ρ includes 0)."
 
 
 def _rate(r: dict) -> str:
@@ -102,8 +113,22 @@ def render_page(res: dict, grids: dict[str, str]) -> str:
              f"compositions pooled over models: {_corr_text(c2['headline'])}; all 24 compositions: "
              f"{_corr_text(c2all['headline'])}.</li></ul>")
 
+    o.append("<h2>Reading</h2><ul>")
+    v1 = _verdict(c1["spearman_over_models"]["spearman"], "held-out success", "coverage")
+    v2 = _verdict(c2["headline"]["spearman"], "success", f"decodability at {L}")
+    o.append(f"<li>Claim 1 (over models): {escape(v1)}</li><li>Claim 2 (held-out compositions × models): "
+             f"{escape(v2)}</li>")
+    best_seen = max((m["eval"]["success"]["seen"]["rate"] or 0) for m in res["models"] if m.get("eval"))
+    if best_seen < 0.5:
+        o.append(f"<li class='warn'>No model fits even its own training pairs well (best seen success "
+                 f"{best_seen:.2f}): at this compute the sweep measures early training, not converged "
+                 "generalisation. With equal compute, a lower coverage also means more updates per seen pair, "
+                 "so it can fit its few pairs sooner. Rerun with more <code>--steps</code> (and a GPU) before "
+                 "reading either claim off these models.</li>")
+    o.append("</ul>")
+
     per = c1["per_coverage"]
-    xs = [f"{p['coverage']:.2f} ({p['n_seen_pairs']})" for p in per]
+    xs = [f"{p['coverage']:.2f}" for p in per]
     series = []
     for i, s in enumerate(("heldout", "seen", "uncovered")):
         ys = [p[s]["rate"] for p in per]
@@ -112,7 +137,8 @@ def render_page(res: dict, grids: dict[str, str]) -> str:
     dec = [p["heldout_decodability"][L] for p in per]
     series.append({"label": f"held-out decodability {L}", "ys": dec, "colour": PALETTE[3], "dash": True})
     o.append("<h2>Success and decodability by coverage</h2><div class='figs'><div class='fig'>")
-    o.append(line_chart(xs, series, x_label="coverage (seen pairs)", y_label="rate", width=560, height=260))
+    o.append(line_chart(xs, series, x_label="coverage (fraction of the 18 trainable pairs)", y_label="rate",
+                        width=560, height=260))
     o.append("<br>blue: held-out · green: seen · orange: trainable pairs outside this coverage · dashed red: "
              f"held-out decodability at {escape(L)} (mean p(true)); bands: Wilson 95 % (seeds pooled)</div>")
     pts = [{"x": p["x"], "y": p["y"], "composition": f"{p['model']} {p['composition']}"}

@@ -31,11 +31,42 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def _corr(x, y, cfg, seed: int = 0) -> dict:
+    """stats.correlation (r and permutation p as scipy computes them); where its percentile
+    bootstrap CI is NaN — some resamples hold one value only (many 0 % successes), and scipy's
+    percentile of a NaN-containing sample is NaN — the CI is taken over the resamples where r
+    is defined instead (``ci_method`` says which, ``ci_resamples_used`` how many)."""
     from ..stats import correlation
 
     res = correlation(x, y, n_boot=cfg.n_boot, n_perm=cfg.n_perm, seed=seed)
-    return {"n": res["n"], **{k: {"r": _r(v["r"]), "ci": [_r(c) for c in v["ci"]], "p_perm": _r(v["p_perm"])}
-                              for k, v in res.items() if k != "n"}}
+    out: dict = {"n": res["n"]}
+    for k, v in res.items():
+        if k == "n":
+            continue
+        entry = {"r": _r(v["r"]), "ci": [_r(c) for c in v["ci"]], "p_perm": _r(v["p_perm"]),
+                 "ci_method": "percentile bootstrap over points (scipy.stats.bootstrap)"}
+        if entry["r"] is not None and entry["ci"][0] is None:
+            entry["ci"], used = _boot_defined(x, y, k, cfg.n_boot, seed)
+            entry["ci_method"] = "percentile bootstrap over points, resamples with undefined r dropped"
+            entry["ci_resamples_used"] = used
+        out[k] = entry
+    return out
+
+
+def _boot_defined(x, y, kind: str, n_boot: int, seed: int) -> tuple[list, int]:
+    from ..stats import CORRELATIONS
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), (n_boot, len(x)))
+    xs, ys = x[idx], y[idx]
+    keep = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
+    if keep.sum() < 10:
+        return [None, None], int(keep.sum())
+    rs = CORRELATIONS[kind](xs[keep], ys[keep], axis=-1)
+    lo, hi = np.quantile(rs, [0.025, 0.975])
+    return [_r(lo), _r(hi)], int(keep.sum())
 
 
 def _cluster_boot_spearman(models: list[dict], value: Callable, cfg, seed: int = 0) -> list:

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from t2i_audit.mini import sweep, world
+from t2i_audit.mini import sweep, sweep_stats, world
 
 
 def test_coverage_subsets_nested_cover_constituents_and_never_touch_heldout():
@@ -41,8 +41,8 @@ def test_training_order_puts_extreme_coverages_first():
 
 def test_holm_matches_hand_computation():
     # sorted 0.005·4=0.02, 0.01·3=0.03, 0.03·2=0.06, 0.04·1=0.04 → running max 0.06
-    assert np.allclose(sweep.holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
-    out = sweep.holm([0.5, float("nan"), 0.6])
+    assert np.allclose(sweep_stats.holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    out = sweep_stats.holm([0.5, float("nan"), 0.6])
     assert math.isnan(out[1]) and np.allclose([out[0], out[2]], [1.0, 1.0])
 
 
@@ -70,7 +70,7 @@ def test_aggregate_numbers_equal_scipy_on_the_same_points():
     rng = np.random.default_rng(3)
     models = [_fake_model(f"m{i}", cov, seed, rng, layers)
               for i, (cov, seed) in enumerate([(c, s) for c in (1 / 3, 0.5, 0.75, 1.0) for s in (0, 1)])]
-    agg = sweep.aggregate(models, sweep.SweepConfig(n_boot=200, n_perm=200), "mid@middle")
+    agg = sweep_stats.aggregate(models, sweep.SweepConfig(n_boot=200, n_perm=200), "mid@middle")
     assert agg["headline_layer"] == "mid@middle" and agg["n_models"] == 8
     c1 = agg["claim1_heldout_success_vs_coverage"]["spearman_over_models"]["spearman"]
     held = [m["eval"]["success"]["heldout"]["rate"] for m in models]
@@ -84,7 +84,7 @@ def test_aggregate_numbers_equal_scipy_on_the_same_points():
     assert set(c2["exploration"]) == set(layers) - {"mid@middle"}
     raw = [c2["exploration"][L]["spearman"]["p_perm"] for L in sorted(c2["exploration"])]
     assert [c2["exploration"][L]["spearman"]["p_holm"] for L in sorted(c2["exploration"])] == pytest.approx(
-        sweep.holm(raw), abs=1e-4)
+        sweep_stats.holm(raw), abs=1e-4)
     per = agg["claim1_heldout_success_vs_coverage"]["per_coverage"]
     assert [p["coverage"] for p in per] == [round(1 / 3, 4), 0.5, 0.75, 1.0] and all(p["n_models"] == 2 for p in per)
     k = sum(m["eval"]["success"]["heldout"]["k"] for m in models[:2])
@@ -176,3 +176,17 @@ def test_smoke_sweep_resumes_without_retraining(smoke_run):
     assert res.output.count("done, skipped") == 2 and "evaluating" not in res.output
     after = json.loads((out / "sweep.json").read_text())
     assert after["models"] == before["models"]
+
+
+def test_bootstrap_ci_where_scipy_gives_nan_equals_a_scipy_loop_over_defined_resamples():
+    from scipy.stats import spearmanr
+
+    x, y = [1 / 3, 0.5, 0.75, 1.0, 1 / 3, 0.5], [0.25, 0.0, 0.0, 0.0, 0.1, 0.0]  # mostly ties at 0
+    res = sweep_stats._corr(x, y, sweep.SweepConfig(n_boot=300, n_perm=300))["spearman"]
+    assert res["r"] == pytest.approx(spearmanr(x, y)[0], abs=1e-4)
+    assert res["ci_method"].endswith("dropped") and 0 < res["ci_resamples_used"] < 300
+    idx = np.random.default_rng(0).integers(0, 6, (300, 6))
+    xa, ya = np.asarray(x)[idx], np.asarray(y)[idx]
+    rs = [spearmanr(a, b)[0] for a, b in zip(xa, ya) if np.ptp(a) > 0 and np.ptp(b) > 0]
+    assert len(rs) == res["ci_resamples_used"]
+    assert res["ci"] == pytest.approx(list(np.quantile(rs, [0.025, 0.975])), abs=1e-4)
