@@ -126,8 +126,8 @@ def sweep_cmd(
     seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds (default 0,1)."),
     steps: Optional[int] = typer.Option(None, help="Optimisation steps per model (same for all)."),
     samples: Optional[int] = typer.Option(None, help="Images per prompt at evaluation."),
-    device: str = typer.Option("cpu", help="cpu or cuda for generation/hooks at evaluation (training runs on "
-                                           "the CPU: train_generator has no device option yet)."),
+    device: str = typer.Option("cpu", help="cpu or cuda: training, generation and hooks (data and noise are "
+                                           "drawn on the CPU, so a GPU run trains on the same draws)."),
     smoke: bool = typer.Option(False, help="A tiny model, a few steps, 2 coverages × 1 seed (CI)."),
     eval_only: bool = typer.Option(False, help="Evaluate/aggregate the models already trained; train none."),
     train_only: bool = typer.Option(False, help="Train the missing models; evaluate none."),

@@ -121,7 +121,7 @@ def generator_config(cfg: SweepConfig, coverage: float, seed: int):
     return GeneratorConfig(seed=seed, size=32, batch=cfg.batch, lr=cfg.lr, warmup=cfg.warmup, steps=cfg.steps,
                            block_out_channels=tuple(cfg.block_out_channels), attention_heads=2,
                            text_width=cfg.text_width, text_layers=cfg.text_layers, threads=1,
-                           checkpoint_minutes=1e9, heldout=excluded, kind_weights=(1.0, 0.0, 0.0),
+                           checkpoint_minutes=1e9, heldout=excluded, kind_weights=(1.0, 0.0, 0.0), device=cfg.device,
                            extra={"sweep": {"coverage": coverage, "seed": seed}})
 
 

@@ -47,6 +47,7 @@ class GeneratorConfig:
     text_width: int = 64
     text_layers: int = 4
     threads: int = 1                  # >1 thread on a shared 2-core box spins in OpenMP
+    device: str = "cpu"               # noise and data are drawn on the CPU either way (same draws)
     checkpoint_minutes: float = 10.0
     heldout: tuple[tuple[str, str], ...] = HELDOUT_PAIRS
     kind_weights: tuple[float, float, float] = (0.2, 0.3, 0.5)
@@ -126,6 +127,9 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
                                       width=cfg.text_width, layers=cfg.text_layers)
     unet = build_unet(cfg.size, cfg.block_out_channels, cross_attention_dim=cfg.text_width,
                       attention_head_dim=cfg.attention_heads)
+    dev = torch.device(cfg.device)
+    unet.to(dev)
+    text_encoder.to(dev)
     sched = train_scheduler()
     alphas = sched.alphas_cumprod.float()
     params = list(unet.parameters()) + list(text_encoder.parameters())
@@ -175,10 +179,11 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
         texts = ["" if rng.random() < cfg.caption_dropout else caption(s) for s in scenes]
         x0 = _images_tensor(scenes, cfg.size)
         ids = tokenizer(texts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
-                        return_tensors="pt").input_ids
+                        return_tensors="pt").input_ids.to(dev)
         noise = torch.randn(x0.shape, generator=gen)
         t = torch.randint(0, sched.config.num_train_timesteps, (cfg.batch,), generator=gen)
-        a = alphas[t].view(-1, 1, 1, 1)
+        a = alphas[t].view(-1, 1, 1, 1).to(dev)
+        x0, noise, t = x0.to(dev), noise.to(dev), t.to(dev)
         xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
         target = a.sqrt() * noise - (1 - a).sqrt() * x0  # v
         for g in opt.param_groups:
