@@ -43,7 +43,7 @@ def test_models_lists_family_from_families_yaml():
     assert rows["sana-1.5"]["family"] == rows["tiny-sana"]["family"] == "sana"
     assert rows["sd-xl"]["family"] == "sdxl"
     assert rows["flux2-dev"]["family"] == rows["tiny-flux2"]["family"] == "flux2"
-    assert rows["sana-sprint"]["family"] == "-"  # no families.yaml data for SanaSprintPipeline
+    assert rows["sana-sprint"]["family"] == rows["tiny-sana-sprint"]["family"] == "sana-sprint"
 
 
 def test_models_command_shows_pipeline_licence_gated():

@@ -182,7 +182,9 @@ def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, 
         handles.append(module.register_forward_hook(post, with_kwargs=True))
     kwargs = encode_kwargs(pipe, call)
     params = inspect.signature(pipe.encode_prompt).parameters
-    ours = {"device": pipe._execution_device, "num_images_per_prompt": 1, "do_classifier_free_guidance": False}
+    # batch_size: HunyuanImagePipeline.encode_prompt .view()s its output to it (default 1); __call__ passes len(prompt)
+    ours = {"device": pipe._execution_device, "num_images_per_prompt": 1, "do_classifier_free_guidance": False,
+            "batch_size": len(texts)}
     kwargs.update({k: v for k, v in ours.items() if k in params})
     # SD3 requires prompt_2 / prompt_3 without defaults; None = "use prompt", as in __call__
     kwargs.update({k: None for k, p in params.items()

@@ -40,6 +40,15 @@ FAMILIES = {
     "tiny-sana": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "select_rows": (1, 300 - 1),
                   # SanaPipeline.check_inputs: height and width divisible by 32 (the real DC-AE's factor)
                   "run": {"size": 64}},
+    # pipeline_sana_sprint.py encode_prompt: Sana's select_index (copied from SanaPipeline); one transformer call a
+    # step, no CFG halves; check_inputs: height and width divisible by 32
+    "tiny-sana-sprint": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "select_rows": (1, 300 - 1),
+                         "run": {"size": 64},
+                         # __call__ loops over timesteps[:-1]: SCMScheduler's schedule ends with the terminal 0
+                         "loop_timesteps": -1},
+    # pipeline_hunyuanimage.py _get_qwen_prompt_embeds: hidden_states[-3][:, 34:] of all tokenizer_max_length (1000)
+    # rows, padding rows kept (the mask goes beside them); the guider calls the transformer with the cond batch first
+    "tiny-hunyuan-image": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "drop_rows": 34},
     # pipeline_cogview4.py _get_glm_embeds: hidden_states[-2] of every row, left padding (the tokenizer's and the
     # pipeline's own, to a multiple of 16) included, no mask
     "tiny-cogview4": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
