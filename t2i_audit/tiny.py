@@ -98,8 +98,9 @@ def fingerprint(name: str) -> str:
     """Short hash of this builder's source and the card: any change to either builds a new folder."""
     card = _card(name)
     h = hashlib.sha256(Path(__file__).read_bytes())
-    if card["family"] in _SOURCES:
-        h.update(_SOURCES[card["family"]].read_bytes())
+    if card["family"] in _SOURCES:  # family modules share helpers (sana.gemma2_config, tiny_tokenizers): hash all
+        for src in sorted({*_SOURCES.values(), Path(__file__).with_name("tiny_tokenizers.py")}):
+            h.update(src.read_bytes())
     h.update(json.dumps({"name": name, **card}, sort_keys=True).encode())
     return h.hexdigest()[:10]
 

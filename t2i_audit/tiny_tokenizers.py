@@ -26,24 +26,10 @@ _QWEN_PRETOKENIZE = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\
 
 def qwen_tokenizer():
     """transformers' Qwen2Tokenizer (byte-level BPE) with a vocabulary trained here, in memory."""
-    from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, trainers
-    from tokenizers.models import BPE
     from transformers import Qwen2Tokenizer
 
-    vocab, _ = clip_vocab_merges()
-    words = [t[:-4] for t in vocab if t.endswith("</w>") and t[:-4].isalpha() and t.isascii()]
-    corpus = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)] + [_QWEN_TEMPLATE.format("a photo")] * 50
-    bpe = Tokenizer(BPE())
-    bpe.normalizer = normalizers.NFC()
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(_QWEN_PRETOKENIZE), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=3000, special_tokens=list(QWEN_SPECIALS), show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    model = json.loads(bpe.to_str())["model"]
-    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model["merges"]]
-    tok = Qwen2Tokenizer(vocab=model["vocab"], merges=merges, model_max_length=32768)
+    vocab, merges = _byte_level_bpe(QWEN_SPECIALS, [_QWEN_TEMPLATE.format("a photo")] * 50)
+    tok = Qwen2Tokenizer(vocab=vocab, merges=merges, model_max_length=32768)
     tok.add_special_tokens({"additional_special_tokens": list(QWEN_SPECIALS[1:])})
     return tok
 
@@ -68,9 +54,7 @@ def gemma_tokenizer():
     from diffusers import SanaPipeline
 
     instruction = inspect.signature(SanaPipeline.__call__).parameters["complex_human_instruction"].default
-    vocab, _ = clip_vocab_merges()
-    words = [t[:-4] for t in vocab if t.endswith("</w>") and t[:-4].isalpha() and t.isascii()]
-    corpus = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)] + ["\n".join(instruction)] * 20
+    corpus = _word_corpus() + ["\n".join(instruction)] * 20
     bpe = Tokenizer(BPE(byte_fallback=True, unk_token="<unk>"))
     bpe.normalizer = normalizers.Replace(" ", "\u2581")
     bpe.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never")
@@ -83,15 +67,20 @@ def gemma_tokenizer():
     return GemmaTokenizer(vocab=model["vocab"], merges=merges, model_max_length=8192, add_bos_token=True)
 
 
+def _word_corpus() -> list[str]:
+    """Lines of 20 words: the CLIP vocabulary's alphabetic ASCII words (every tiny tokenizer's base corpus)."""
+    vocab, _ = clip_vocab_merges()
+    words = [t[:-4] for t in vocab if t.endswith("</w>") and t[:-4].isalpha() and t.isascii()]
+    return [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)]
+
+
 def _byte_level_bpe(specials, extra_corpus=()):
     """A byte-level BPE (Qwen's pre-tokenizer regex) trained on the CLIP vocabulary's words and ``extra_corpus``:
     ``(vocab, merges)``."""
     from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, trainers
     from tokenizers.models import BPE
 
-    vocab, _ = clip_vocab_merges()
-    words = [t[:-4] for t in vocab if t.endswith("</w>") and t[:-4].isalpha() and t.isascii()]
-    corpus = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)] + list(extra_corpus)
+    corpus = _word_corpus() + list(extra_corpus)
     bpe = Tokenizer(BPE())
     bpe.normalizer = normalizers.NFC()
     bpe.pre_tokenizer = pre_tokenizers.Sequence([
@@ -166,9 +155,7 @@ def mistral3_processor():
 
     from diffusers.pipelines.flux2.system_messages import SYSTEM_MESSAGE
 
-    vocab, _ = clip_vocab_merges()
-    words = [t[:-4] for t in vocab if t.endswith("</w>") and t[:-4].isalpha() and t.isascii()]
-    corpus = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)] + [SYSTEM_MESSAGE] * 20
+    corpus = _word_corpus() + [SYSTEM_MESSAGE] * 20
     bpe = Tokenizer(BPE())
     bpe.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(_QWEN_PRETOKENIZE), behavior="isolated"),
@@ -200,9 +187,7 @@ def llama3_tokenizer():
     from tokenizers.models import BPE
     from transformers import PreTrainedTokenizerFast
 
-    vocab, _ = clip_vocab_merges()
-    words = [t[:-4] for t in vocab if t.endswith("</w>") and t[:-4].isalpha() and t.isascii()]
-    corpus = [" ".join(words[i:i + 20]) for i in range(0, len(words), 20)]
+    corpus = _word_corpus()
     bpe = Tokenizer(BPE())
     bpe.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(_LLAMA3_PRETOKENIZE), behavior="isolated"),

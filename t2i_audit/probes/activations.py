@@ -108,6 +108,13 @@ def _slot_names(prompts: Iterable[dict]) -> list[str]:
     return sorted({s for p in prompts for s in (p.get("spans") or {})})
 
 
+def save_part(part: Path, arrays: dict) -> None:
+    """One chunk's arrays as ``part_XXXXX.npz``, renamed into place (a kill never leaves half a part)."""
+    tmp = part.with_name(part.stem + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(part)
+
+
 def merge_parts(enc_dir: Path, parts: Path, n_chunks: int, n_rows: int) -> tuple[list[str], list]:
     """Concatenate ``part_*.npz`` chunks into one float16 ``.npy`` per array (atomic renames).
 
@@ -222,10 +229,7 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
         for name in todo:
             arrays = {k: np.concatenate(v).astype(np.float16 if k != "_truncated" else bool)
                       for k, v in acc[name].items()}
-            part = parts[name] / f"part_{c:05d}.npz"
-            tmp = part.with_name(part.stem + ".tmp.npz")
-            np.savez(tmp, **arrays)
-            tmp.replace(part)
+            save_part(parts[name] / f"part_{c:05d}.npz", arrays)
         if progress and main:
             print(f"[probe] text encoders: {min((c + 1) * CHUNK, len(ids))}/{len(ids)}", file=sys.stderr)
     state.wait_for_everyone()  # every part is on disk

@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import AuditError
 from ..families import block_lists, image_stream_index, joint_sequence, pipeline_family
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
-from .activations import merge_parts
+from .activations import merge_parts, save_part
 
 CHUNK = 64
 
@@ -329,9 +329,7 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
                     acc.setdefault(k, []).append(v)
         if not (parts / "info.json").exists():
             atomic_write_json(parts / "info.json", {k: v for k, v in info.items() if k != "images"})
-        tmp = part.with_name(part.stem + ".tmp.npz")
-        np.savez(tmp, **{k: np.concatenate(v).astype(np.float16) for k, v in acc.items()})
-        tmp.replace(part)
+        save_part(part, {k: np.concatenate(v).astype(np.float16) for k, v in acc.items()})
         if progress and main:
             print(f"[probe] denoiser: {hi}/{len(ids)}", file=sys.stderr)
     state.wait_for_everyone()  # every part is on disk

@@ -3,7 +3,7 @@ their mask), a ByT5 glyph encoder that only reads quoted text, and CFG from a `g
 
 from __future__ import annotations
 
-from ..tiny_tokenizers import QWEN_SPECIALS, qwen_tokenizer
+from ..tiny_tokenizers import qwen_tokenizer
 
 CARDS = {
     "tiny-hunyuan-image": {
@@ -27,23 +27,14 @@ def build(name: str) -> dict:
     # False + guider; vocabularies ours: tiny-qwen-image's tokenizer has the same template prefix, 34 tokens)
     from diffusers import (AdaptiveProjectedMixGuidance, AutoencoderKLHunyuanImage, FlowMatchEulerDiscreteScheduler,
                            HunyuanImageTransformer2DModel)
-    from transformers import ByT5Tokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, T5Config, \
-        T5EncoderModel
+    from transformers import ByT5Tokenizer, Qwen2_5_VLForConditionalGeneration, T5Config, T5EncoderModel
+
+    from .qwen_image import qwen2_5_vl_config  # imported here: family modules are registered while importing
 
     tok = qwen_tokenizer()
     # initializer_range 0.3 (default 0.02): hidden_states[-3] has no final norm, and at 0.02 its std (0.02) left the
     # prompt's effect on the image at 9e-5; at 0.3 the std is ~4 and swapping two words moves pixels by ~8e-3
-    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
-    config = Qwen2_5_VLConfig(
-        text_config={"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2,
-                     "num_key_value_heads": 2, "rope_theta": 1000000.0, "initializer_range": 0.3,
-                     "rope_scaling": {"mrope_section": [2, 2, 4], "rope_type": "default", "type": "default"},
-                     "vocab_size": len(tok), "bos_token_id": ids["<|endoftext|>"],
-                     "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]},
-        vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32},
-        hidden_size=32, vocab_size=len(tok), vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], vision_token_id=ids["<|image_pad|>"],
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"])
+    config = qwen2_5_vl_config(tok, hidden=32, layers=3, mrope_section=[2, 2, 4], initializer_range=0.3)
     byt5 = ByT5Tokenizer()  # bytes: no vocabulary file
     t5 = T5Config(d_model=32, d_kv=4, d_ff=16, num_layers=2, num_heads=2, relative_attention_num_buckets=8,
                   relative_attention_max_distance=32, vocab_size=len(byt5), feed_forward_proj="gated-gelu",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..tiny_tokenizers import QWEN_SPECIALS, kandinsky5_qwen_tokenizer
+from ..tiny_tokenizers import kandinsky5_qwen_tokenizer
 
 CARDS = {
     "tiny-kandinsky5": {
@@ -23,20 +23,12 @@ def build(name: str) -> dict:
     # 128 x 128 whatever the size asked (4096 visual tokens: __call__'s rope positions assume patch 2); one visual
     # block, a small VAE without attention keep the tiny bearable (~1.5 s a step and prompt with CFG on 1 thread).
     from diffusers import FlowMatchEulerDiscreteScheduler, Kandinsky5Transformer3DModel
-    from transformers import CLIPTextModel, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import CLIPTextModel, Qwen2_5_VLForConditionalGeneration
+
+    from .qwen_image import qwen2_5_vl_config  # imported here: family modules are registered while importing
 
     tok, tok2 = kandinsky5_qwen_tokenizer(), clip_tokenizer()
-    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
-    qwen = Qwen2_5_VLConfig(
-        text_config={"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                     "num_key_value_heads": 2, "rope_theta": 1000000.0,
-                     "rope_scaling": {"mrope_section": [2, 2, 4], "rope_type": "default", "type": "default"},
-                     "vocab_size": len(tok), "bos_token_id": ids["<|endoftext|>"],
-                     "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]},
-        vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32},
-        hidden_size=32, vocab_size=len(tok), vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], vision_token_id=ids["<|image_pad|>"],
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"])
+    qwen = qwen2_5_vl_config(tok, hidden=32, layers=2, mrope_section=[2, 2, 4])
     return {
         "vae": _seeded(name, "vae", lambda: _vae(latent_channels=16, blocks=(8, 16), scaling_factor=0.3611,
                                                  shift_factor=0.1159, mid_block_add_attention=False,

@@ -21,14 +21,12 @@ def build(name: str) -> dict:
     # after diffusers tests/pipelines/lumina2/test_pipeline_lumina2.py get_dummy_components (vocabulary = ours;
     # Gemma2Model as the real Alpha-VLLM/Lumina-Image-2.0 text_encoder, the Sana tiny's Gemma 2 config)
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, Lumina2Transformer2DModel
-    from transformers import Gemma2Config, Gemma2Model
+    from transformers import Gemma2Model
+
+    from .sana import gemma2_config  # imported here: family modules are registered while importing
 
     tok = gemma_tokenizer()
-    config = Gemma2Config(
-        head_dim=16, hidden_size=8, initializer_range=0.02, intermediate_size=64, max_position_embeddings=8192,
-        num_attention_heads=2, num_hidden_layers=2, num_key_value_heads=2, vocab_size=len(tok),
-        attn_implementation="eager", pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id)
+    config = gemma2_config(tok)
     return {
         "transformer": _seeded(name, "transformer", lambda: Lumina2Transformer2DModel(
             sample_size=4, patch_size=2, in_channels=4, hidden_size=8, num_layers=2, num_attention_heads=1,

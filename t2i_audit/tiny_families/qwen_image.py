@@ -16,23 +16,32 @@ CARDS = {
 }
 
 
+def qwen2_5_vl_config(tok, *, hidden: int, layers: int, mrope_section: list, **text):
+    """A tiny Qwen2.5-VL text encoder's config (diffusers' tests/pipelines/qwenimage get_dummy_components),
+    special-token ids from ``tok``; also tiny-kandinsky5's and tiny-hunyuan-image's (``text``: extra text_config)."""
+    from transformers import Qwen2_5_VLConfig
+
+    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
+    return Qwen2_5_VLConfig(
+        text_config={"hidden_size": hidden, "intermediate_size": hidden, "num_hidden_layers": layers,
+                     "num_attention_heads": 2, "num_key_value_heads": 2, "rope_theta": 1000000.0,
+                     "rope_scaling": {"mrope_section": mrope_section, "rope_type": "default", "type": "default"},
+                     "vocab_size": len(tok), "bos_token_id": ids["<|endoftext|>"],
+                     "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"], **text},
+        vision_config={"depth": 2, "hidden_size": hidden, "intermediate_size": hidden, "num_heads": 2,
+                       "out_hidden_size": hidden},
+        hidden_size=hidden, vocab_size=len(tok), vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"], vision_token_id=ids["<|image_pad|>"],
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"])
+
+
 def build(name: str) -> dict:
     # after diffusers tests/pipelines/qwenimage/test_qwenimage.py get_dummy_components (vocabulary = ours)
     from diffusers import AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImageTransformer2DModel
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import Qwen2_5_VLForConditionalGeneration
 
     tok = qwen_tokenizer()
-    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
-    config = Qwen2_5_VLConfig(
-        text_config={"hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
-                     "num_key_value_heads": 2, "rope_theta": 1000000.0,
-                     "rope_scaling": {"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"},
-                     "vocab_size": len(tok), "bos_token_id": ids["<|endoftext|>"],
-                     "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]},
-        vision_config={"depth": 2, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2, "out_hidden_size": 16},
-        hidden_size=16, vocab_size=len(tok), vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], vision_token_id=ids["<|image_pad|>"],
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"])
+    config = qwen2_5_vl_config(tok, hidden=16, layers=2, mrope_section=[1, 1, 2])
     z_dim = 4
     return {
         # 4 latent channels packed 2x2 -> 16 transformer channels; joint_attention_dim = text hidden 16
