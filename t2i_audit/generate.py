@@ -1,11 +1,16 @@
-"""The generation stage: diffusers pipelines, per-image seeds, batching, Accelerate sharding.
+"""The generation stage: diffusers pipelines, per-image seeds, a fixed batch plan, Accelerate sharding.
 
-An image depends only on (prompt id, sample index, base seed) and the settings: each gets its
-own CPU ``torch.Generator``, so batch size, process count and GPU model do not change which
-noise it starts from. Work is the ordered list of (prompt, sample) pairs not yet on disk;
-every process takes its contiguous share (``PartialState.split_between_processes``), writes
-PNGs atomically and appends its records to its own shard after each batch; the main process
-merges the shards into images.jsonl. A kill loses at most the batch in flight.
+Each image gets its own CPU ``torch.Generator`` seeded from (prompt id, sample index, base seed), so
+its starting *noise* never depends on batch size, process count or machine. Its *bytes* do: CPU and
+GPU kernels round differently for another batch size (measured: a tiny-sd image made in a batch of
+2 and remade alone differs on an AVX-512/AMX CPU and not on an AVX2 one), another CPU or another
+thread count. So the batches are planned once, from the config alone (:func:`plan_batches`: the
+ordered (prompt, sample) list cut every ``batch_size``), and every process, resume and heal runs
+whole planned batches, writing only the members that are missing or damaged. Same machine, same
+thread count, same config ⇒ the same bytes, whatever the resume history or process count; each
+record names its batch. Processes take whole batches (``split_between_processes``), write PNGs
+atomically and append their records to their own shard after each batch; the main process merges
+the shards into images.jsonl. A kill loses at most the batch in flight.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import hashlib
 import inspect
 import io
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import Optional
@@ -45,6 +51,32 @@ def image_seed(prompt_id: str, sample: int, base_seed: int) -> int:
     """A 63-bit seed from (prompt id, sample, base seed): the same on every machine."""
     digest = hashlib.sha256(f"{prompt_id}:{sample}:{base_seed}".encode()).hexdigest()
     return int(digest[:15], 16)
+
+
+def plan_batches(prompts: list[dict], images_per_prompt: int, batch_size: int) -> list[list[tuple[dict, int]]]:
+    """The run's batches: every (prompt, sample) in order, cut every ``batch_size``.
+
+    A function of the config alone (prompt list, images per prompt, batch size), never of what is
+    already on disk or of the process count, so a resumed, healed or sharded run, and the denoiser
+    replay, make every image among the same batch-mates as a fresh single-process run.
+    """
+    if batch_size < 1:
+        raise AuditError(f"batch size {batch_size}: must be at least 1")
+    items = [(p, k) for p in prompts for k in range(images_per_prompt)]
+    return [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
+
+
+def batch_member(prompt_id: str, sample: int) -> str:
+    return f"{prompt_id}/{sample}"
+
+
+def effective_batch_size(pipeline_class_name: str, batch_size: int) -> tuple[int, Optional[str]]:
+    """Batch size 1 for a family whose images depend on their batch-mates, with the reason."""
+    if batch_size > 1 and (pipeline_family(pipeline_class_name) or {}).get("batch_dependent"):
+        # the pipeline pads a batch to its longest prompt and the denoiser sees that padding unmasked
+        # (Kandinsky 5, CogView 4): an image would depend on its batch-mates, so each is made alone
+        return 1, f"{pipeline_class_name}: images depend on their batch-mates; batch size 1 used"
+    return batch_size, None
 
 
 def resolve_device(device: str) -> str:
@@ -191,39 +223,64 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
 
     repair_jsonl(run.image_shard(rank))
     done = _done_items(run)
-    items = [(p, k) for p in prompts for k in range(s.images_per_prompt) if (p["id"], k) not in done]
+    s, plan_note = _keep_recorded_plan(run, s)
+    plan = plan_batches(prompts, s.images_per_prompt, s.batch_size)
     state.wait_for_everyone()  # everyone has read the same "done" before anyone writes
 
     if state.is_main_process:
         run.update_stage("generate", status="running", device=device, dtype=dtype, dtype_note=dtype_note,
                          world_size=world, settings=asdict(s), requested=len(prompts) * s.images_per_prompt,
-                         reused=len(done))
-    pipe = load_pipeline(card, device, dtype) if items else None
-    if pipe is not None and s.batch_size > 1 and (pipeline_family(type(pipe).__name__) or {}).get("batch_dependent"):
-        # the pipeline pads a batch to its longest prompt and the denoiser sees that padding unmasked:
-        # an image would depend on its batch-mates (Kandinsky 5), so every image is made alone
-        s = replace(s, batch_size=1)
-        if state.is_main_process:
-            run.update_stage("generate", settings=asdict(s), batch_size_note=(
-                f"{type(pipe).__name__}: images depend on their batch-mates; batch size 1 used"))
+                         reused=len(done), planned_batch_size=s.batch_size,
+                         **({"plan_note": plan_note} if plan_note else {}))
+        if plan_note and progress:
+            print(f"[generate] {plan_note}", file=sys.stderr)
+    pipe = load_pipeline(card, device, dtype) if any(_todo(b, done) for b in plan) else None
+    if pipe is not None:
+        batch_size, note = effective_batch_size(type(pipe).__name__, s.batch_size)
+        if note:
+            s = replace(s, batch_size=batch_size)
+            plan = plan_batches(prompts, s.images_per_prompt, s.batch_size)
+            if state.is_main_process:
+                run.update_stage("generate", settings=asdict(s), batch_size_note=note)
+    # whole planned batches, even where some members exist: an image is only ever made among its
+    # planned batch-mates; only the missing members are written
+    work = [(i, batch) for i, batch in enumerate(plan) if _todo(batch, done)]
+    items = [m for _, batch in work for m in _todo(batch, done)]
     if state.is_main_process and pipe is not None:
         run.update_stage("generate", device_name=_device_name(device), pipeline=type(pipe).__name__,
-                         resolved_from=str(pipe.config.get("_name_or_path", "")))
-    with state.split_between_processes(items) as mine:
-        _generate_share(run, pipe, card, s, mine, rank, progress and state.is_main_process)
+                         resolved_from=str(pipe.config.get("_name_or_path", "")),
+                         batches=len(plan), batches_run_now=len(work))
+    with state.split_between_processes(work) as mine:
+        _generate_share(run, pipe, card, s, mine, done, rank, progress and state.is_main_process)
     state.wait_for_everyone()
     if not state.is_main_process:
         return {}
     return merge_shards(run, prompts, s.images_per_prompt, made_now=len(items))
 
 
-def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, items: list, rank: int, progress: bool):
+def _keep_recorded_plan(run: RunDir, s: GenSettings) -> tuple[GenSettings, Optional[str]]:
+    """A run keeps the batch size it was planned with: a resume with another ``--batch-size`` would
+    make its remaining images among other batch-mates (other bytes than a fresh run's)."""
+    recorded = ((run.read_manifest().get("stages") or {}).get("generate") or {}).get("planned_batch_size")
+    if recorded is None or int(recorded) == s.batch_size:
+        return s, None
+    return replace(s, batch_size=int(recorded)), (
+        f"batch size {s.batch_size} asked, {recorded} kept: this run was planned in batches of {recorded} "
+        "(images depend on their batch-mates' count); use a new --out for another batch size")
+
+
+def _todo(batch: list[tuple[dict, int]], done: dict) -> list[tuple[dict, int]]:
+    return [(p, k) for p, k in batch if (p["id"], k) not in done]
+
+
+def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, work: list, done: dict, rank: int,
+                    progress: bool):
     import torch
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(items), desc=f"generate {card.name}", unit="img", disable=not progress)
-    for start in range(0, len(items), s.batch_size):
-        batch = items[start : start + s.batch_size]
+    bar = tqdm(total=sum(len(_todo(b, done)) for _, b in work), desc=f"generate {card.name}", unit="img",
+               disable=not progress)
+    for start, (index, batch) in enumerate(work):
         seeds = [image_seed(p["id"], k, s.seed) for p, k in batch]
         generators = [torch.Generator("cpu").manual_seed(x) for x in seeds]
         t0 = time.perf_counter()
@@ -238,15 +295,18 @@ def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, items: l
                              f"{images[0].shape[0]} px for --size {s.size} (the pipeline's own size rule)")
         seconds = (time.perf_counter() - t0) / len(batch)
         nsfw = getattr(out, "nsfw_content_detected", None) or [False] * len(batch)
+        members = [batch_member(p["id"], k) for p, k in batch]
+        keep = [j for j, (p, k) in enumerate(batch) if (p["id"], k) not in done]
         try:
-            _write_batch(run, card, batch, seeds, images, nsfw, seconds, rank, s.size)
+            _write_batch(run, card, [batch[j] for j in keep], [seeds[j] for j in keep], [images[j] for j in keep],
+                         [nsfw[j] for j in keep], seconds, rank, s.size, batch_info={"batch": index, "batch_members": members})
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
             raise AuditError(f"{run.root}: no space left on device while writing images ({e.strerror}); "
                              "every image finished before this batch is kept — free space and rerun the "
                              "same command to resume") from None
-        bar.update(len(batch))
+        bar.update(len(keep))
     bar.close()
 
 
@@ -295,7 +355,7 @@ def output_images(out):
 
 
 def _write_batch(run: RunDir, card: ModelCard, batch, seeds, images, nsfw, seconds: float, rank: int,
-                 size: int | None = None) -> None:
+                 size: int | None = None, batch_info: dict | None = None) -> None:
     """PNGs first (atomic), then one appended line per image: a record never outruns its file."""
     records = []
     for (p, k), seed, arr, unsafe in zip(batch, seeds, images, nsfw):
@@ -308,7 +368,7 @@ def _write_batch(run: RunDir, card: ModelCard, batch, seeds, images, nsfw, secon
         records.append({"prompt_id": p["id"], "sample": k, "seed": seed, "path": run.rel(path),
                         "sha256": hashlib.sha256(png).hexdigest(), "width": int(arr.shape[1]),
                         "height": int(arr.shape[0]), "seconds": round(seconds, 4), "flags": flags,
-                        "model": card.name, "rank": rank,
+                        "model": card.name, "rank": rank, **(batch_info or {}),
                         # the pipeline chose another size (HiDream, Kandinsky 5): recorded, not a defect flag
                         **({"requested_size": size} if size and tuple(arr.shape[:2]) != (size, size) else {})})
     append_jsonl(run.image_shard(rank), records)

@@ -167,7 +167,7 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
     Chunks are ``CHUNK`` rows whatever the process count, so batches — and the numbers — are the
     ones a single process computes, and a resume with another process count reuses every part.
     """
-    from ..generate import effective_dtype
+    from ..generate import effective_batch_size, effective_dtype
     from ..models import resolve_model
     from ..processes import process_state
     from .pipeline_text import PipelineTextEncoder, load_text_pipeline
@@ -187,6 +187,16 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
         dtype = "float32"
     ids = [p["id"] for p in prompts]
     mode = {"call": card.call, "dtype": dtype}
+    # a family whose text states depend on their batch-mates (CogView 4 pads left, unmasked) is
+    # encoded one prompt at a time, as generate makes its images: the states that conditioned them
+    batch_size, batch_note = effective_batch_size(card.pipeline or "", batch_size)
+    if batch_note:
+        mode["batch_size"] = batch_size
+    # a family whose text states depend on their batch-mates (CogView 4 pads left, unmasked) is
+    # encoded one prompt at a time, as generate makes its images: the states that conditioned them
+    batch_size, batch_note = effective_batch_size(card.pipeline or "", batch_size)
+    if batch_note:
+        mode["batch_size"] = batch_size
     state = state or process_state(device)
     state.wait_for_everyone()  # no process reads what the main one is still merging
     fps = {e["name"]: encoder_fingerprint(path, e, card.revision) for e in encoders}
@@ -279,4 +289,7 @@ def load_array(enc_dir: Path, array: str) -> np.ndarray:
     path = Path(enc_dir) / f"{array}.npy"
     if not path.exists():
         raise AuditError(f"{path}: activation array missing")
-    return np.load(path, mmap_mode="r")
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as e:  # truncated or overwritten bytes
+        raise AuditError(f"{path}: corrupt activation array ({e}); delete it and rerun `t2i-audit probe`") from None

@@ -2,8 +2,9 @@
 
 For the prompts of a run (sample 0, with the seed images.jsonl recorded, else the generate
 stage's own seed rule) the pipeline is run again **with the settings the run recorded**
-(steps, guidance, size, dtype, batch size, call kwargs — so the replay is the trajectory of the
-scored images; tests/fidelity/ decodes a replay and compares PNG bytes) and
+(steps, guidance, size, dtype, call kwargs) **in the generation's planned batches**
+(``generate.plan_batches``: the same batch-mates, so the replay is the trajectory of the scored
+images; tests/fidelity/ decodes a replay and compares PNG bytes) and
 ``output_type="latent"`` (no VAE decode). Every block's *image stream* is averaged over space
 (UNet: ``B×C×H×W`` → ``B×C``) or tokens (DiT: ``B×N×C`` → ``B×C``); where a block returns a
 tuple, the image stream's position comes from families.yaml per block class (SD3 / FLUX joint
@@ -36,6 +37,7 @@ import numpy as np
 from ..errors import AuditError
 from ..families import block_lists, image_stream_index, joint_sequence, pipeline_family
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
+from ..generate import plan_batches
 from .activations import merge_parts, save_part
 
 CHUNK = 64
@@ -243,11 +245,12 @@ def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, 
     return out, info
 
 
-def _seeds(rd: RunDir, prompts: list[dict], base_seed: int) -> list[int]:
+def _seed_of(rd: RunDir, base_seed: int):
+    """(prompt id, sample) → the seed images.jsonl recorded, else the generate stage's own rule."""
     from ..generate import image_seed
 
-    recorded = {r["prompt_id"]: r["seed"] for r in rd.read_images() if r.get("sample") == 0}
-    return [int(recorded.get(p["id"], image_seed(p["id"], 0, base_seed))) for p in prompts]
+    recorded = {(r["prompt_id"], r.get("sample", 0)): r["seed"] for r in rd.read_images()}
+    return lambda pid, k: int(recorded.get((pid, k), image_seed(pid, k, base_seed)))
 
 
 def run_settings(rd: RunDir, card, device: str) -> dict:
@@ -269,19 +272,20 @@ def run_settings(rd: RunDir, card, device: str) -> dict:
     dtype = dtype or effective_dtype(pick("dtype", d.get("dtype", "float32")), device)[0]
     return {"steps": int(pick("steps", d["steps"])), "guidance": float(pick("guidance", d["guidance"])),
             "size": int(pick("size", d["size"])), "dtype": dtype, "seed": int(pick("seed", 0)),
-            "batch_size": int(pick("batch_size", 4)), "call": dict(card.call), "source": source,
+            "batch_size": int(pick("batch_size", 4)), "images_per_prompt": int(pick("images_per_prompt", 1)),
+            "call": dict(card.call), "source": source,
             "generated_on": gen.get("device")}
 
 
 def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device: str = "cpu",
                                  timesteps: Sequence[int] | None = None, batch_size: int | None = None,
                                  base_seed: int | None = None, progress: bool = True, state=None) -> dict:
-    """Hook the denoiser while replaying the run's prompts (sample 0) with its settings; returns
-    meta (``{}`` on a non-main process).
+    """Hook the denoiser while replaying the run's prompts (sample 0) with its settings, in the
+    generation's planned batches; returns meta (``{}`` on a non-main process).
 
     Under ``accelerate launch`` each process replays a contiguous share of the chunks into its own
-    part files (``device`` is this process's); chunks are ``CHUNK`` rows whatever the process
-    count, so every batch is the one a single process replays. The main process merges.
+    part files (``device`` is this process's); a chunk is a fixed run of whole planned batches
+    whatever the process count, so every batch is the one generation made. The main process merges.
     """
     from ..generate import load_pipeline
     from ..models import resolve_model
@@ -293,11 +297,16 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
     prompts = rd.read_prompts()
     card = resolve_model(model)
     s = run_settings(rd, card, device)
-    batch_size = batch_size or s["batch_size"]  # CPU kernels can depend on the batch: replay it as made
+    # The generation's own batches (generate.plan_batches): CPU and GPU kernels round differently for
+    # other batch-mates, so only a replay of the planned batch is the trajectory of the scored image.
+    # Batches holding a sample 0 are replayed whole; the rows of sample 0 are kept.
+    batch_size = batch_size or s["batch_size"]
+    plan = [b for b in plan_batches(prompts, s["images_per_prompt"], batch_size) if any(k == 0 for _, k in b)]
     at = list(timesteps) if timesteps is not None else [0, "mid", -1]
-    seeds = _seeds(rd, prompts, s["seed"] if base_seed is None else base_seed)
+    seed_of = _seed_of(rd, s["seed"] if base_seed is None else base_seed)
     ids = [p["id"] for p in prompts]
-    key = hashlib.sha1(json.dumps([card.source, card.revision, s, at, ids, seeds, batch_size, 2],
+    seeds = [[seed_of(p["id"], k) for p, k in b] for b in plan]
+    key = hashlib.sha1(json.dumps([card.source, card.revision, s, at, ids, seeds, batch_size, 3],
                                   default=str, sort_keys=True).encode()).hexdigest()[:16]
     enc_dir = rd.activations_dir / "denoiser"
     meta_path = enc_dir / "meta.json"
@@ -306,7 +315,8 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
     main = state.is_main_process
     parts = enc_dir / ".parts" / key
     parts.mkdir(parents=True, exist_ok=True)
-    n_chunks = (len(ids) + CHUNK - 1) // CHUNK
+    per_chunk = max(1, CHUNK // batch_size)  # whole planned batches, whatever the process count
+    n_chunks = (len(plan) + per_chunk - 1) // per_chunk
     with state.split_between_processes(list(range(n_chunks))) as share:
         missing = [c for c in share if not (parts / f"part_{c:05d}.npz").exists()]
     pipe = load_pipeline(card, device, s["dtype"]) if missing else None
@@ -317,21 +327,20 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
     info: dict = {}
     for c in missing:
         part = parts / f"part_{c:05d}.npz"
-        lo, hi = c * CHUNK, min((c + 1) * CHUNK, len(ids))
         acc: dict[str, list] = {}
-        for b in range(lo, hi, batch_size):
-            e = min(b + batch_size, hi)
-            res, info = run_hooked(pipe, [p["text"] for p in prompts[b:e]], seeds[b:e], steps=s["steps"],
+        for b in range(c * per_chunk, min((c + 1) * per_chunk, len(plan))):
+            res, info = run_hooked(pipe, [p["text"] for p, _ in plan[b]], seeds[b], steps=s["steps"],
                                    guidance=s["guidance"], size=s["size"], at_steps=None, call_kwargs=s["call"])
             want = _resolve_steps(at, info["n_steps"])
+            rows = [j for j, (_, k) in enumerate(plan[b]) if k == 0]
             for k, v in res.items():
                 if int(k.split("__t")[1][:3]) in want:
-                    acc.setdefault(k, []).append(v)
+                    acc.setdefault(k, []).append(v[rows])
         if not (parts / "info.json").exists():
             atomic_write_json(parts / "info.json", {k: v for k, v in info.items() if k != "images"})
         save_part(part, {k: np.concatenate(v).astype(np.float16) for k, v in acc.items()})
         if progress and main:
-            print(f"[probe] denoiser: {hi}/{len(ids)}", file=sys.stderr)
+            print(f"[probe] denoiser: batch {min((c + 1) * per_chunk, len(plan))}/{len(plan)}", file=sys.stderr)
     state.wait_for_everyone()  # every part is on disk
     if not main:
         return {}
@@ -348,7 +357,7 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
             "hooked_steps": hooked,
             "timesteps": {f"t{t:03d}": _timestep_of(info, t) for t in hooked},
             "image_positions": info["image_positions"], "batch_size": batch_size, "truncated": [],
-            "parts": n_chunks,  # CHUNK rows each; the process count is left out (the fit key hashes meta.json)
+            "parts": n_chunks,  # whole planned batches each; the process count is left out (the fit key hashes meta.json)
             "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names)}
     atomic_write_json(meta_path, meta)
     shutil.rmtree(enc_dir / ".parts", ignore_errors=True)

@@ -82,20 +82,6 @@ def _cli(*args):
     return [sys.executable, "-m", "t2i_audit", "run", *args]
 
 
-def test_two_processes_equal_one(repo_root, tmp_path):
-    common = ["--model", "tiny-sd", "--prompts", str(repo_root / "prompts/colors.yaml"), "--limit", "5",
-              "--steps", "2", "--batch-size", "1", "--device", "cpu", "--stages", "prompts,generate", "-q"]
-    subprocess.run(_cli(*common, "--out", str(tmp_path / "one")), check=True, capture_output=True)
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                        str(29500 + os.getpid() % 1000), "-m", "t2i_audit", "run", *common, "--out", str(tmp_path / "two")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    two = RunDir(tmp_path / "two").read_images()
-    assert {x["rank"] for x in two} == {0, 1}  # both processes did work
-    assert shas(tmp_path / "one") == shas(tmp_path / "two")
-    assert len(two) == 5
-
-
 def _start(repo_root, out, n=40, steps=2):
     return subprocess.Popen(_cli("--model", "tiny-sd", "--prompts", str(repo_root / "prompts/colors.yaml"),
                                  "--limit", str(n), "--steps", str(steps), "--batch-size", "2", "--device", "cpu",
