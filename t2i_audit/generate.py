@@ -115,6 +115,7 @@ def load_pipeline(card: ModelCard, device: str, dtype: str):
     kw = {"revision": card.revision, "dtype": getattr(torch, dtype)}
     if card.variant and dtype != "float32":  # fp16 files: half the download; never upcast them to fp32
         kw["variant"] = card.variant
+    kw.update(card.load_components(dtype))  # components the repo does not ship (models.yaml `components:`)
     try:
         pipe = DiffusionPipeline.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
@@ -158,8 +159,38 @@ def _device_name(device: str) -> str:
     return f"{device} ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
+def pixel_digest(img) -> str:
+    """8×8 block means per RGB channel of a PIL image, as 384 hex digits: what an image *looks* like.
+
+    The sha256 says whether a file holds the bytes this run encoded; the digest says whether other
+    bytes are the same picture. Another CPU, GPU or batch size rounds a few values differently
+    (block means within a level or two); a damaged or replaced image moves them far. ``verify``
+    uses it to tell one from the other.
+    """
+    import numpy as np
+
+    from PIL import Image
+
+    small = img.convert("RGB").resize((8, 8), resample=Image.Resampling.BOX)  # BOX: plain block means
+    return np.asarray(small, dtype="uint8").tobytes().hex()
+
+
+def digest_distance(a: str, b: str) -> int:
+    """Largest difference, in 8-bit levels, between two pixel digests."""
+    import numpy as np
+
+    return int(np.abs(np.frombuffer(bytes.fromhex(a), "uint8").astype(int)
+                      - np.frombuffer(bytes.fromhex(b), "uint8").astype(int)).max())
+
+
 def _to_png(arr) -> tuple[bytes, list[str]]:
     """float HWC in [0, 1] → PNG bytes, with flags for NaN and all-black images."""
+    png, flags, _ = _encode(arr)
+    return png, flags
+
+
+def _encode(arr) -> tuple[bytes, list[str], str]:
+    """float HWC in [0, 1] → PNG bytes, flags (NaN, all black) and the pixel digest."""
     import numpy as np
     from PIL import Image
 
@@ -172,7 +203,7 @@ def _to_png(arr) -> tuple[bytes, list[str]]:
     img = Image.fromarray((np.clip(arr, 0, 1) * 255).round().astype("uint8"))
     buf = io.BytesIO()
     img.save(buf, format="PNG")
-    return buf.getvalue(), flags
+    return buf.getvalue(), flags, pixel_digest(img)
 
 
 def _done_items(run: RunDir) -> dict[tuple[str, int], dict]:
@@ -359,7 +390,7 @@ def _write_batch(run: RunDir, card: ModelCard, batch, seeds, images, nsfw, secon
     """PNGs first (atomic), then one appended line per image: a record never outruns its file."""
     records = []
     for (p, k), seed, arr, unsafe in zip(batch, seeds, images, nsfw):
-        png, flags = _to_png(arr)
+        png, flags, digest = _encode(arr)
         if unsafe:
             flags.append("nsfw")
 
@@ -367,7 +398,8 @@ def _write_batch(run: RunDir, card: ModelCard, batch, seeds, images, nsfw, secon
         atomic_write_bytes(path, png)
         records.append({"prompt_id": p["id"], "sample": k, "seed": seed, "path": run.rel(path),
                         "sha256": hashlib.sha256(png).hexdigest(), "width": int(arr.shape[1]),
-                        "height": int(arr.shape[0]), "seconds": round(seconds, 4), "flags": flags,
+                        "height": int(arr.shape[0]), "pixel_digest": digest, "seconds": round(seconds, 4),
+                        "flags": flags,
                         "model": card.name, "rank": rank, **(batch_info or {}),
                         # the pipeline chose another size (HiDream, Kandinsky 5): recorded, not a defect flag
                         **({"requested_size": size} if size and tuple(arr.shape[:2]) != (size, size) else {})})

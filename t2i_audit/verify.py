@@ -6,7 +6,11 @@ What a run records about its files is checked, category by category:
   kill's unfinished append: the next run of that stage drops it, but until then it is reported);
 * ``images``: every record of images.jsonl has its PNG, with the recorded sha256. A file whose
   hash differs is then decoded to say how it is damaged (truncated, or a valid image with other
-  bytes); a file whose hash matches holds the bytes we encoded, so decoding it again proves nothing;
+  bytes); a file whose hash matches holds the bytes we encoded, so decoding it again proves nothing.
+  Bytes depend on the machine (CPU/GPU kernels round differently), so a decodable file of the
+  recorded size whose pixel digest (8×8 block means, recorded at generation) is within
+  ``CLOSE_LEVELS`` of the record's is the same picture made elsewhere: listed as *regenerated
+  elsewhere*, not as damage (its scores, keyed to the old bytes, still show as stale);
 * ``scores``: every score record's ``image_sha256`` is the hash of the image file now on disk
   (a stale record scored other pixels);
 * ``activations``: every array ``activations/<enc>/meta.json`` lists is a loadable ``.npy`` with
@@ -29,6 +33,7 @@ from .errors import AuditError
 from .rundir import RunDir, file_sha256
 
 CATEGORIES = ("json", "images", "scores", "activations")
+CLOSE_LEVELS = 4  # 8-bit levels of an 8×8 block mean: rounding elsewhere moves them by 0-2, damage far more
 
 
 @dataclass
@@ -44,6 +49,7 @@ class _Verifier:
         self.problems: list[Problem] = []
         self.checked = dict.fromkeys(CATEGORIES, 0)
         self.records: dict[Path, list[dict]] = {}  # parsed JSONL files, good lines only
+        self.regenerated: list[dict] = []  # other bytes, same picture: made on another machine
 
     def bad(self, category: str, path: Path, problem: str) -> None:
         self.problems.append(Problem(category, self.rd.rel(path), problem))
@@ -106,9 +112,15 @@ class _Verifier:
                 self.bad("images", path, "missing (listed in images.jsonl)")
                 continue
             now[key] = digest
-            if digest != rec.get("sha256"):
-                self.bad("images", path, f"sha256 {digest[:12]}… differs from the record's "
-                                         f"{str(rec.get('sha256'))[:12]}…: {_describe_png(path, rec)}")
+            if digest == rec.get("sha256"):
+                continue
+            levels = _pixel_distance(path, rec)
+            if levels is not None and levels <= CLOSE_LEVELS:
+                self.regenerated.append({"path": self.rd.rel(path), "levels": levels})
+                continue
+            self.bad("images", path, f"sha256 {digest[:12]}… differs from the record's "
+                                     f"{str(rec.get('sha256'))[:12]}…: {_describe_png(path, rec)}"
+                                     + (f"; its pixels differ by {levels} levels" if levels is not None else ""))
         return now
 
     # --- scores -------------------------------------------------------------------------
@@ -167,6 +179,25 @@ class _Verifier:
                 self.bad("activations", index, f"{len(self.records[index])} rows, meta.json says n = {n}")
 
 
+def _pixel_distance(path: Path, rec: dict) -> Optional[int]:
+    """Levels between the file's pixel digest and the record's; None where either cannot be had
+    (a run made before digests were recorded, a file that does not decode, another size)."""
+    from PIL import Image
+
+    from .generate import digest_distance, pixel_digest
+
+    if not isinstance(rec.get("pixel_digest"), str):
+        return None
+    try:
+        with Image.open(path) as im:
+            im.load()
+            if list(im.size) != [rec.get("width"), rec.get("height")]:
+                return None
+            return digest_distance(pixel_digest(im), rec["pixel_digest"])
+    except Exception:  # noqa: BLE001 - any decoder or digest error: no distance to give
+        return None
+
+
 def _describe_png(path: Path, rec: dict) -> str:
     from PIL import Image
 
@@ -215,9 +246,14 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
     v.check_scores(now)
     v.check_activations()
     damaged = {c: sum(p.category == c for p in v.problems) for c in CATEGORIES}
-    return {"run": str(rd.root), "ok": not v.problems,
-            "summary": {c: {"checked": v.checked[c], "damaged": damaged[c]} for c in CATEGORIES},
-            "problems": [asdict(p) for p in v.problems], "notes": notes}
+    if v.regenerated:
+        notes.append(f"{len(v.regenerated)} image(s) hold other bytes than recorded but the same picture "
+                     f"(pixel digest within {CLOSE_LEVELS} levels): regenerated elsewhere, not damaged: "
+                     + ", ".join(r["path"] for r in v.regenerated[:5]) + (" …" if len(v.regenerated) > 5 else ""))
+    summary = {c: {"checked": v.checked[c], "damaged": damaged[c]} for c in CATEGORIES}
+    summary["images"]["regenerated_elsewhere"] = len(v.regenerated)
+    return {"run": str(rd.root), "ok": not v.problems, "summary": summary,
+            "problems": [asdict(p) for p in v.problems], "regenerated_elsewhere": v.regenerated, "notes": notes}
 
 
 UNITS = {"json": "files", "images": "images", "scores": "score files", "activations": "encoders"}

@@ -23,7 +23,9 @@ def _transformer():
     t = ZImageTransformer2DModel(
         all_patch_size=(2,), all_f_patch_size=(1,), in_channels=16, dim=32, n_layers=2, n_refiner_layers=1,
         n_heads=2, n_kv_heads=2, norm_eps=1e-5, qk_norm=True, cap_feat_dim=16, rope_theta=256.0, t_scale=1000.0,
-        axes_dims=[8, 4, 4], axes_lens=[256, 32, 32])
+        # axes_lens as ZImageTransformer2DModel's own default (transformer_z_image.py: [1024, 512, 512]): caption
+        # positions run along axis 0 up to max_sequence_length (512) + 1, so a shorter axis fails on a long prompt
+        axes_dims=[8, 4, 4], axes_lens=[1024, 512, 512])
     # as diffusers' test: x_pad_token / cap_pad_token start as torch.empty (NaN risk); fixed, they are saved
     t.x_pad_token.data.fill_(1.0)
     t.cap_pad_token.data.fill_(1.0)
