@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from t2i_audit import api
-from t2i_audit.generate import _to_png, load_pipeline
+from t2i_audit.families import pipeline_family
+from t2i_audit.generate import _to_png, load_pipeline, plan_batches
 from t2i_audit.models import resolve_model
 from t2i_audit.probes.denoiser import extract_denoiser_activations, run_hooked, run_settings
 from t2i_audit.rundir import RunDir
@@ -54,18 +55,18 @@ def test_replay_with_recorded_settings_reproduces_the_images(runs, family):
     card = resolve_model(family)
     s = run_settings(rd, card, "cpu")
     run = run_for(family)
-    # batch-dependent pipelines (Kandinsky 5) are generated one image at a time, and replayed so
+    # batch-dependent pipelines (Kandinsky 5, CogView 4) are generated one image at a time, and replayed so
     assert (s["steps"], s["guidance"], s["size"]) == (3, 4.0, run["size"])
-    assert s["batch_size"] == (1 if family == "tiny-kandinsky5" else 2)
-    images = rd.read_images()
-    texts = {p["id"]: p["text"] for p in rd.read_prompts()}
+    dependent = (pipeline_family(card.pipeline) or {}).get("batch_dependent")
+    assert s["batch_size"] == (1 if dependent else 2)
+    records = {(r["prompt_id"], r["sample"]): r for r in rd.read_images()}
     pipe = load_pipeline(card, "cpu", s["dtype"])
-    for b in range(0, len(images), s["batch_size"]):
-        batch = images[b:b + s["batch_size"]]
-        _, info = run_hooked(pipe, [texts[r["prompt_id"]] for r in batch], [r["seed"] for r in batch],
+    for batch in plan_batches(rd.read_prompts(), s["images_per_prompt"], s["batch_size"]):  # as generated
+        recs = [records[(p["id"], k)] for p, k in batch]
+        _, info = run_hooked(pipe, [p["text"] for p, _ in batch], [r["seed"] for r in recs],
                              steps=s["steps"], guidance=s["guidance"], size=s["size"], call_kwargs=s["call"],
                              at_steps=[-1], output_type="np")
-        for rec, arr in zip(batch, info["images"]):
+        for rec, arr in zip(recs, info["images"]):
             png, _ = _to_png(arr)
             assert hashlib.sha256(png).hexdigest() == rec["sha256"], rec["path"]
 
