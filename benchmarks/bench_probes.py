@@ -132,7 +132,7 @@ def main() -> None:
         from diffusers import DDIMScheduler, StableDiffusionPipeline
         from transformers import CLIPTextConfig, CLIPTextModel
 
-        from t2i_audit.scorers.tiny import clip_tokenizer
+        from t2i_audit.tiny.scorers import clip_tokenizer
 
         big_tok = clip_tokenizer(merges_n=48_894)  # the full CLIP BPE: SD's token ids
         torch.manual_seed(0)

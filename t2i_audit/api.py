@@ -24,7 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import AuditError
 from .prompts import expand_files, sample_records, stable_hash
-from .rundir import RunDir, RunLock, atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
+from .rundir import (RunDir, RunLock, atomic_write_json, atomic_write_jsonl, atomic_write_text, claim_output_dir,
+                     read_jsonl)
+from .safeload import load_yaml
 
 STAGES = ("prompts", "generate", "score", "probe", "report")
 LIBRARIES = ("t2i-audit", "torch", "diffusers", "transformers", "accelerate", "open_clip_torch", "numpy",
@@ -58,12 +60,9 @@ class RunConfig(BaseModel):
 
 def load_config(path: str | Path, **overrides) -> RunConfig:
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except FileNotFoundError:
-        raise AuditError(f"{p}: config file not found") from None
-    except yaml.YAMLError as e:
-        raise AuditError(f"{p}: invalid YAML: {e}") from None
+    if not p.is_file():
+        raise AuditError(f"{p}: config file not found")
+    data = load_yaml(p) or {}
     if not isinstance(data, dict):
         raise AuditError(f"{p}: expected a mapping of run settings")
     data.update({k: v for k, v in overrides.items() if v is not None})
@@ -162,6 +161,7 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     device = resolve_device(cfg.device)
     state = process_state(device)  # created once; every stage shares its work between processes
     run = RunDir(cfg.out or default_run_dir(cfg))
+    claim_output_dir(run.root, "run")  # a new, empty or run folder only: never write over someone's files
     with RunLock(run.root, state.process_index):
         if state.is_main_process:
             prepare_run(cfg, card, records)

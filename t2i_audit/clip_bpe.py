@@ -1,6 +1,6 @@
 """CLIP's BPE vocabulary, vendored (t2i_audit/data/bpe_simple_vocab_16e6.txt.gz, MIT, OpenAI).
 
-The tiny offline tokenizers (t2i_audit/tiny.py, t2i_audit/mini/tokenizer.py) are cut from it. It
+The tiny offline tokenizers (t2i_audit/tiny/, t2i_audit/mini/tokenizer.py) are cut from it. It
 is byte-identical to the copy in open_clip_torch's wheel (tests/test_install.py checks this when
 open_clip is installed), so the core install builds them without open_clip and torchvision.
 """

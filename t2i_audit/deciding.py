@@ -75,6 +75,31 @@ def is_detection_category(category) -> bool:
     return bool(category_aspects(category) & {"count", "spatial"})
 
 
+# Defaults per category follow published agreement with people (README "Scorers"): detection for
+# counts and positions (GenEval: its detector rules agree with human judgement), a VLM judge for
+# attributes, bindings, relations and actions (VQAScore, GenEval 2's Soft-TIFA beat CLIPScore and
+# detection there). CLIP stays registered (`--scorer clip`) but is never a default.
+VLM_JUDGE = "qwen3-vl-8b"
+DETECTOR = "geneval"
+DETECTOR_FALLBACK = "detect-owlv2"  # the same GenEval rules on OWLv2 boxes, while no geneval card exists
+# tiny model cards (random weights, offline) default to the tiny scorers of the same kinds
+TINY_VLM_JUDGE = "tiny-qwen3-vl"
+TINY_DETECTOR = "tiny-detect"
+
+
+def category_default(category: str, cards: dict | None = None, *, tiny: bool = False) -> str:
+    """The default scorer for one prompt category (counts and positions: detection)."""
+    if not is_detection_category(category):
+        return TINY_VLM_JUDGE if tiny else VLM_JUDGE
+    if tiny:
+        return TINY_DETECTOR
+    if cards is None:
+        from .scorers.registry import load_cards
+
+        cards = load_cards()
+    return DETECTOR if DETECTOR in cards else DETECTOR_FALLBACK
+
+
 def scorer_kind(card: Mapping | None) -> str:
     """vlm (a VLM judge) | detect | vqa (BLIP-style VQA) | clip | other."""
     if not card:
@@ -214,8 +239,6 @@ def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
 
         cards = load_cards()
     if defaults is None:
-        from .scorers import category_default
-
         defaults = {}
         for c in set(categories or ()) | {c for d in decided for s in d.values() for c in s}:
             defaults[c] = category_default(c, cards)

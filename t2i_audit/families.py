@@ -10,9 +10,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
 from .errors import AuditError
+from .safeload import load_yaml
 
 FAMILIES_FILE = Path(__file__).with_name("families.yaml")
 _HIDDEN = re.compile(r"hidden_states\[-(\d+)\]")
@@ -21,7 +20,7 @@ _STACKED = re.compile(r"hidden_states\[(\d+(?:\s*,\s*\d+)+)\]")  # several layer
 
 @lru_cache(maxsize=1)
 def _data() -> dict:
-    return yaml.safe_load(FAMILIES_FILE.read_text())
+    return load_yaml(FAMILIES_FILE)
 
 
 def pipeline_family(pipeline_class: str) -> Optional[dict]:

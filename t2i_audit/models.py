@@ -8,15 +8,13 @@ local folder first, so tests walk the real loading path. No torch import here.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
 from .errors import AuditError, did_you_mean
+from .safeload import load_yaml, read_json
 
 CARDS_FILE = Path(__file__).with_name("models.yaml")
 PACKAGE_DIR = Path(__file__).parent
@@ -40,6 +38,8 @@ class ModelCard:
     notes: Optional[str] = None
     licence: Optional[str] = None  # as stated on the model's hub page
     gated: Optional[bool] = None  # the hub asks to accept terms (HF token) before download
+    components: dict = field(default_factory=dict)  # pipeline components the repo does not ship: name -> spec
+    sources: dict = field(default_factory=dict)  # setting (steps, guidance, size, call …) -> where it comes from
 
     def pretrained_path(self) -> str:
         """What to hand to ``from_pretrained``: a local folder or an HF repo id."""
@@ -59,32 +59,87 @@ class ModelCard:
 
     @property
     def text_encoders(self) -> list[dict]:
-        """Tokenizer/text-encoder subfolders; read from model_index.json when the card has none."""
+        """Tokenizer/text-encoder subfolders; read from model_index.json when the card has none; a text encoder the
+        card's ``components`` supply (null or absent in model_index.json) is one too."""
         if self.text_encoders_:
             return [dict(t) for t in self.text_encoders_]
-        return discover_text_encoders(self.pretrained_path(), self.revision)
+        found = discover_text_encoders(self.pretrained_path(), self.revision)
+        have = {e["name"] for e in found}
+        extra = [{"name": n, "tokenizer": "tokenizer" + n[len("text_encoder"):], "kind": encoder_kind(c["class"])}
+                 for n, c in sorted(self.components.items()) if n.startswith("text_encoder") and n not in have]
+        return found + extra
+
+    def load_components(self, dtype: str = "float32", *, text_only: bool = False) -> dict:
+        """The card's ``components``, loaded, as keyword arguments for ``DiffusionPipeline.from_pretrained`` (which
+        takes a passed object for a component whose model_index.json entry is null or missing); ``text_only``: the
+        tokenizers and text encoders alone (activation extraction)."""
+        wanted = {n: c for n, c in self.components.items()
+                  if not text_only or n.startswith(("text_encoder", "tokenizer"))}
+        if not wanted:
+            return {}
+        import diffusers
+        import torch
+        import transformers
+
+        out = {}
+        for name, spec in wanted.items():
+            cls = getattr(transformers, spec["class"], None) or getattr(diffusers, spec["class"], None)
+            if cls is None:
+                raise AuditError(f"model {self.name!r}: components.{name}: no class {spec['class']!r} in "
+                                 "transformers or diffusers")
+            kw = {k: spec[k] for k in ("subfolder", "revision") if spec.get(k)}
+            if isinstance(cls, type) and (issubclass(cls, torch.nn.Module) or cls.__name__.startswith("AutoModel")):
+                kw["dtype"] = getattr(torch, dtype)
+            try:
+                out[name] = cls.from_pretrained(spec["repo"], **kw)
+            except (OSError, ValueError) as e:
+                raise AuditError(f"model {self.name!r}: components.{name} from {spec['repo']}: {e}") from None
+        return out
 
     def as_dict(self) -> dict:
         return {"name": self.name, "source": self.source, "repo": self.repo, "revision": self.revision,
                 "local": self.local, "pipeline": self.pipeline, "defaults": self.defaults, "call": self.call,
-                "variant": self.variant, "vae_dtype": self.vae_dtype,
+                "variant": self.variant, "vae_dtype": self.vae_dtype, "components": self.components,
                 "licence": self.licence, "gated": self.gated}
 
 
-def _model_index(path_or_repo: str, revision: Optional[str]) -> dict:
+def read_model_index(path_or_repo: str, revision: Optional[str] = None) -> dict:
+    """A pipeline's model_index.json: a JSON object naming its ``_class_name``, or an AuditError
+    naming the file (a local folder is somebody's files: broken or list-shaped ones happen)."""
     p = Path(path_or_repo)
     if p.is_dir():
         f = p / "model_index.json"
         if not f.exists():
             raise AuditError(f"{p}: not a diffusers pipeline folder (no model_index.json)")
-        return json.loads(f.read_text())
-    from huggingface_hub import hf_hub_download
+    else:
+        from huggingface_hub import hf_hub_download
 
-    return json.loads(Path(hf_hub_download(path_or_repo, "model_index.json", revision=revision)).read_text())
+        f = Path(hf_hub_download(path_or_repo, "model_index.json", revision=revision))
+    index = read_json(f)
+    if not isinstance(index, dict):
+        raise AuditError(f"{f}: expected a JSON object (a diffusers model_index.json), got {type(index).__name__}")
+    name = index.get("_class_name")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise AuditError(f"{f}: _class_name {name!r} is not the name of a diffusers pipeline class")
+    return index
+
+
+def check_pipeline_class(name: str, where: str) -> None:
+    """Refuse a ``_class_name`` diffusers does not have (it would fail as AttributeError inside
+    ``from_pretrained``). Families we know are checked without importing diffusers (torch)."""
+    from .families import pipeline_family
+
+    if pipeline_family(name):
+        return
+    import diffusers
+
+    if name not in dir(diffusers):  # the lazy module lists its names without importing them
+        raise AuditError(f"{where}: _class_name {name!r} is not a pipeline class of diffusers "
+                         f"{diffusers.__version__}")
 
 
 def discover_text_encoders(path_or_repo: str, revision: Optional[str] = None) -> list[dict]:
-    index = _model_index(path_or_repo, revision)
+    index = read_model_index(path_or_repo, revision)
     out = []
     for key, spec in sorted(index.items()):
         if not key.startswith("text_encoder") or not isinstance(spec, list) or spec[0] is None:
@@ -113,7 +168,7 @@ def encoder_kind(class_name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _cards() -> dict[str, dict]:
-    return yaml.safe_load(CARDS_FILE.read_text())
+    return load_yaml(CARDS_FILE)
 
 
 def _tiny_cards() -> dict[str, dict]:
@@ -140,7 +195,34 @@ def list_models() -> list[dict]:
     return out
 
 
+# every field a card may have (models.yaml header); tiny cards also name their family. Strict: a misspelt field
+# would otherwise be dropped without a word (a `sourcse:` or `componets:` that silently does nothing).
+CARD_FIELDS = {"repo", "revision", "package", "pipeline", "defaults", "call", "text_encoders", "scorers", "variant",
+               "vae_dtype", "notes", "licence", "gated", "components", "sources"}
+COMPONENT_FIELDS = {"repo", "class", "subfolder", "revision"}
+SOURCED = {*GENERIC_DEFAULTS, "call", "components"}  # the settings a `sources:` entry can name
+
+
+def check_card(name: str, spec: dict, tiny: bool = False) -> None:
+    """Refuse a card with an unknown field, a component without repo/class, or a source that names no setting."""
+    where = f"{CARDS_FILE.name}: card {name!r}"
+    if not isinstance(spec, dict):
+        raise AuditError(f"{where}: expected a mapping of fields, got {type(spec).__name__}")
+    for key in spec:
+        if key not in CARD_FIELDS | ({"family"} if tiny else set()):
+            raise AuditError(f"{where}: unknown field {key!r}.{did_you_mean(key, sorted(CARD_FIELDS))}")
+    for comp, c in (spec.get("components") or {}).items():
+        if not isinstance(c, dict) or not {"repo", "class"} <= set(c) or set(c) - COMPONENT_FIELDS:
+            raise AuditError(f"{where}: components.{comp}: expected {{repo, class[, subfolder, revision]}}, got {c!r}")
+    for key, text in (spec.get("sources") or {}).items():
+        if key not in SOURCED:
+            raise AuditError(f"{where}: sources.{key}: not a setting.{did_you_mean(key, sorted(SOURCED))}")
+        if not isinstance(text, str) or not text.strip():
+            raise AuditError(f"{where}: sources.{key}: expected where the setting comes from, got {text!r}")
+
+
 def _from_card(name: str, spec: dict, tiny: bool = False) -> ModelCard:
+    check_card(name, spec, tiny)
     local = None
     if "package" in spec:
         local = str(PACKAGE_DIR / spec["package"])
@@ -149,7 +231,9 @@ def _from_card(name: str, spec: dict, tiny: bool = False) -> ModelCard:
         pipeline=spec.get("pipeline"), defaults={**GENERIC_DEFAULTS, **spec.get("defaults", {})},
         call=dict(spec.get("call", {})), text_encoders_=tuple(spec.get("text_encoders", ())),
         scorers=tuple(spec.get("scorers", ())), variant=spec.get("variant"), vae_dtype=spec.get("vae_dtype"),
-        notes=spec.get("notes"), licence=spec.get("licence"), gated=spec.get("gated"))
+        notes=spec.get("notes"), licence=spec.get("licence"), gated=spec.get("gated"),
+        components={k: dict(v) for k, v in (spec.get("components") or {}).items()},
+        sources=dict(spec.get("sources") or {}))
 
 
 def resolve_model(ref: str) -> ModelCard:
@@ -171,8 +255,9 @@ def resolve_model(ref: str) -> ModelCard:
     if path.is_dir():
         if not (path / "model_index.json").exists():
             raise AuditError(f"model {ref!r}: folder {path} has no model_index.json (not a diffusers pipeline)")
-        index = json.loads((path / "model_index.json").read_text())
-        return ModelCard(name=path.resolve().name, local=str(path.resolve()), pipeline=index.get("_class_name"))
+        index = read_model_index(str(path))
+        check_pipeline_class(index["_class_name"], str(path / "model_index.json"))
+        return ModelCard(name=path.resolve().name, local=str(path.resolve()), pipeline=index["_class_name"])
     if ref.startswith(("local:", "./", "/", "~")) or "/" in ref:
         raise AuditError(f"model {ref!r}: no such folder {path}")
     raise AuditError(f"unknown model {ref!r}.{did_you_mean(ref, card_names())} "

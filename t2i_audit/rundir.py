@@ -20,12 +20,15 @@ import functools
 import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import AuditError
+from .safeload import loads_json
 
 
 class RunLockedError(AuditError):
@@ -148,16 +151,13 @@ def read_jsonl(path: Path, *, strict: bool = False) -> list[dict]:
     for i, line in enumerate(complete, 1):
         if not line.strip():
             continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise AuditError(f"{path}:{i}: corrupted JSONL line ({e.msg})") from None
+        out.append(loads_json(line, f"{path}:{i}", finite=False, what="corrupted JSONL line"))
     if tail.strip():
         # No trailing newline: an append was cut short. A complete JSON object without its
         # newline is still kept; anything else is the torn record of an unfinished item.
         try:
-            out.append(json.loads(tail))
-        except json.JSONDecodeError:
+            out.append(loads_json(tail, f"{path}:{len(lines)}", finite=False))
+        except AuditError:
             if strict:
                 raise AuditError(f"{path}:{len(lines)}: torn last line") from None
     return out
@@ -182,6 +182,130 @@ def repair_jsonl(path: Path) -> bool:
         with open(path, "r+b") as f:
             f.truncate(cut)
         return True
+
+
+# --- output folders: a command writes only into a folder that is new, empty or its own ------------
+
+MARKER = ".t2i-audit.json"  # {"tool": "t2i-audit", "kind": ..., "version": 1}: whose folder this is
+MARKER_VERSION = 1
+
+
+def _card_kind(root: Path) -> str | None:
+    try:
+        card = json.loads((root / "card.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return card.get("kind") if isinstance(card, dict) else None
+
+
+_SAMPLE = re.compile(r"^(grid|eval)_[\w-]*\.png$")
+
+# Folders made before the marker existed, recognised by their layout so that old runs still resume.
+LEGACY_LAYOUTS: dict[str, Callable[[Path], bool]] = {
+    "run": lambda r: (r / "manifest.json").is_file() and ((r / "run.yaml").is_file() or (r / "prompts.jsonl").is_file()),
+    "report": lambda r: (r / "index.html").is_file() and (r / "results.csv").is_file(),
+    "compare": lambda r: (r / "compare.json").is_file() and (r / "index.html").is_file(),
+    "mini-judge": lambda r: _card_kind(r) == "mini-judge",
+    "mini-generator": lambda r: _card_kind(r) == "mini-generator",
+    "sweep": lambda r: (r / "sweep.json").is_file() or [p.name for p in r.iterdir()] == ["models"],
+    "mini-samples": lambda r: any(r.iterdir()) and all(p.is_file() and _SAMPLE.match(p.name) for p in r.iterdir()),
+}
+
+
+def folder_kind(root: Path) -> str | None:
+    """The kind of t2i-audit output ``root`` holds (its marker, else a legacy layout), or None."""
+    root = Path(root)
+    marker = root / MARKER
+    if marker.is_file():
+        for _ in range(100):  # a concurrent claim (another rank) writes it right after creating it
+            raw = marker.read_bytes()
+            if raw:
+                break
+            time.sleep(0.01)
+        else:
+            return ""  # created and never written: a claim killed in between; ours, kind unknown
+        try:
+            data = json.loads(raw)
+            kind = data.get("kind") if isinstance(data, dict) else None
+        except (ValueError, RecursionError):
+            kind = None
+        if not isinstance(kind, str):
+            raise AuditError(f"{marker}: damaged t2i-audit marker; remove it only if the folder is yours to overwrite")
+        return kind
+    if not root.is_dir():
+        return None
+    return next((k for k, is_layout in LEGACY_LAYOUTS.items() if is_layout(root)), None)
+
+
+def claim_output_dir(path: "Path | str", kind: str) -> Path:
+    """Make ``path`` the output folder of a ``kind`` command, or refuse with the path and why.
+
+    Allowed: a new folder, an empty one, or one already marked (or laid out) as this kind. The
+    marker is created with O_EXCL, so processes of one run (Accelerate ranks) claiming together
+    agree; nothing else is written here. Anything else — a file, a folder holding files this tool
+    did not write, another kind's output — is refused: we never overwrite or delete what is not ours.
+    """
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise AuditError(f"{root}: is a file, not a folder; choose another output folder")
+    found = folder_kind(root) if root.is_dir() else None
+    if found == kind:
+        return root
+    if found:
+        raise AuditError(f"{root}: holds a t2i-audit {found}, not a {kind}; refusing to write into it "
+                         "— choose another output folder")
+    entries = {p.name for p in root.iterdir()} if found is None and root.is_dir() else set()
+    if MARKER in entries:  # claimed by another process since we looked: judge by its marker
+        return claim_output_dir(root, kind)
+    if entries:
+        raise AuditError(f"{root}: folder is not empty and was not made by t2i-audit (no {MARKER}); refusing "
+                         "to write into it, so nothing of yours is overwritten — choose a new or empty folder")
+    root.mkdir(parents=True, exist_ok=True)
+    data = json.dumps({"tool": "t2i-audit", "kind": kind, "version": MARKER_VERSION}).encode() + b"\n"
+    if found == "":  # an interrupted claim of ours: finish it
+        atomic_write_bytes(root / MARKER, data)
+        return root
+    try:
+        fd = os.open(root / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode())
+    except FileExistsError:  # another process claimed it first: fine if for the same kind
+        return claim_output_dir(root, kind)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return root
+
+
+def require_kind(path: "Path | str", kind: str) -> Path:
+    """Refuse unless ``path`` already holds this kind of t2i-audit output (writes nothing)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise AuditError(f"{root}: not found (or not a folder)")
+    found = folder_kind(root)
+    if found != kind:
+        what = f"a t2i-audit {found}" if found else "not made by t2i-audit"
+        raise AuditError(f"{root}: not a t2i-audit {kind} ({what}); refusing to write into it")
+    return root
+
+
+@contextlib.contextmanager
+def staged_into(folder: Path) -> Iterator[Path]:
+    """Yield an empty staging folder inside ``folder``; on success move each entry written there
+    over its namesake in ``folder``. Only those names are replaced: any other file in ``folder``
+    stays, and a kill leaves the previous entries whole (a file is replaced atomically)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder))
+    try:
+        yield stage
+        for entry in sorted(stage.iterdir()):
+            dest = folder / entry.name
+            if (entry.is_dir() or dest.is_dir()) and (dest.exists() or dest.is_symlink()):
+                os.replace(dest, stage / f".old-{entry.name}")  # our previous entry; removed with the stage
+            os.replace(entry, dest)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 class RunLock:
@@ -287,10 +411,7 @@ class RunDir:
     def read_manifest(self) -> dict:
         if not self.manifest.exists():
             return {}
-        try:
-            return json.loads(self.manifest.read_text())
-        except json.JSONDecodeError as e:
-            raise AuditError(f"{self.manifest}: corrupted manifest ({e.msg})") from None
+        return loads_json(self.manifest.read_text(), str(self.manifest), finite=False, what="corrupted manifest")
 
     def update_stage(self, stage: str, **fields: Any) -> dict:
         """Merge ``fields`` into ``manifest.stages[stage]`` and rewrite atomically."""

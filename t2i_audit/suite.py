@@ -15,7 +15,8 @@ from typing import Any, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import SuiteError
+from .errors import AuditError, SuiteError
+from .safeload import compose_yaml, construct_yaml
 
 ATTRIBUTE_FAMILIES = ("color", "shape", "texture", "material", "size")
 RELATION_FAMILIES = ("spatial", "action")
@@ -126,7 +127,11 @@ def _construct(node: yaml.Node, path: tuple, ctx: dict) -> Any:
     if isinstance(node, yaml.MappingNode):
         out: dict = {}
         for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            if not isinstance(key_node, yaml.ScalarNode):
+                problems.append(f"{where}:{key_node.start_mark.line + 1}: {_fmt(path)}: a key must be a plain "
+                                f"name, not a {'list' if isinstance(key_node, yaml.SequenceNode) else 'mapping'}")
+                continue
+            key = key_node.value
             if key in out:
                 problems.append(
                     f"{where}:{key_node.start_mark.line + 1}: {_fmt(path + (key,))}: duplicate key "
@@ -138,7 +143,7 @@ def _construct(node: yaml.Node, path: tuple, ctx: dict) -> Any:
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(v, path + (i,), ctx) for i, v in enumerate(node.value)]
-    return ctx["loader"].construct_object(node, deep=True)
+    return construct_yaml(node, where)  # safe tags only: !!python/name and its kin name their line
 
 
 def _fmt(path: tuple) -> str:
@@ -164,16 +169,16 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, int], list[str]]:
         raise SuiteError([f"{where}: not UTF-8 text ({e.reason} at byte {e.start})"]) from None
     except IsADirectoryError:
         raise SuiteError([f"{where}: is a directory, expected a .yaml suite file"]) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        loc = f":{mark.line + 1}" if mark else ""
-        raise SuiteError([f"{where}{loc}: invalid YAML: {getattr(e, 'problem', None) or e}"]) from None
-    if node is None:
-        raise SuiteError([f"{where}: empty file"])
-    ctx = {"lines": {}, "problems": [], "where": where, "loader": yaml.SafeLoader("")}
-    data = _construct(node, (), ctx)
+    try:  # bounded: an alias bomb or deep nesting is refused before anything is built
+        node = compose_yaml(text, where)
+        if node is None:
+            raise SuiteError([f"{where}: empty file"])
+        ctx = {"lines": {}, "problems": [], "where": where}
+        data = _construct(node, (), ctx)
+    except SuiteError:
+        raise
+    except AuditError as e:
+        raise SuiteError([str(e)]) from None
     return data, ctx["lines"], ctx["problems"]
 
 

@@ -14,7 +14,12 @@ What a run records about its files is checked, category by category:
 * ``scores``: every score record's ``image_sha256`` is the hash of the image file now on disk
   (a stale record scored other pixels);
 * ``activations``: every array ``activations/<enc>/meta.json`` lists is a loadable ``.npy`` with
-  ``meta["n"]`` rows, and index.jsonl has ``n`` rows.
+  ``meta["n"]`` rows and the sha256 meta.json recorded, and index.jsonl has ``n`` rows;
+* ``records``: no (image) twice in images.jsonl, no (image, question or metric) twice in a score
+  file — a rerun would keep either copy;
+* ``stray``: score files no score stage of this run wrote, PNGs images.jsonl does not list — a
+  rerun reads or trips over them;
+* ``stages``: every stage the manifest records finished (a killed run says ``running``).
 
 No torch here (``verify`` must be instant); numpy and PIL are enough.
 """
@@ -32,7 +37,7 @@ from typing import Optional
 from .errors import AuditError
 from .rundir import RunDir, file_sha256
 
-CATEGORIES = ("json", "images", "scores", "activations")
+CATEGORIES = ("json", "images", "scores", "activations", "records", "stray", "stages")
 CLOSE_LEVELS = 4  # 8-bit levels of an 8×8 block mean: rounding elsewhere moves them by 0-2, damage far more
 
 
@@ -174,9 +179,62 @@ class _Verifier:
                     continue
                 if rows != n:
                     self.bad("activations", path, f"{rows} rows, meta.json says n = {n}")
+                    continue
+                want = (meta.get("sha256") or {}).get(name)
+                if want and file_sha256(path) != want:
+                    self.bad("activations", path, "sha256 differs from the one meta.json recorded (altered bytes)")
             index = enc_dir / "index.jsonl"
             if index in self.records and len(self.records[index]) != n:
                 self.bad("activations", index, f"{len(self.records[index])} rows, meta.json says n = {n}")
+
+
+    # --- records, stray files, stages ---------------------------------------------------------
+    def check_duplicates(self) -> None:
+        files = [self.rd.images] + sorted(p for p in self.records if p.parent == self.rd.scores_dir)
+        for path in files:
+            if path not in self.records:
+                continue
+            self.checked["records"] += 1
+            seen: dict[tuple, int] = defaultdict(int)
+            for r in self.records[path]:
+                key = (r.get("prompt_id"), r.get("sample", 0))
+                if path != self.rd.images:
+                    key += (r.get("scorer"), r.get("kind"), r.get("question_id"), r.get("metric"))
+                seen[key] += 1
+            twice = [k for k, c in seen.items() if c > 1]
+            if twice:
+                k = twice[0]
+                self.bad("records", path, f"{len(twice)} record(s) appear more than once (e.g. {k[0]} sample {k[1]}"
+                                          + (f", {k[3]} {k[4] or k[5]}" if len(k) > 2 else "") + "): a rerun "
+                                          "would keep one copy at random — remove the duplicates")
+
+    def check_stray(self, manifest: dict) -> None:
+        scorers = ((manifest.get("stages") or {}).get("score") or {}).get("scorers")
+        if self.rd.scores_dir.is_dir():
+            for path in sorted(self.rd.scores_dir.glob("*.jsonl")):
+                self.checked["stray"] += 1
+                if not isinstance(scorers, dict) or path.stem not in scorers:
+                    self.bad("stray", path, "no score stage of this run wrote it (manifest.json lists "
+                                            f"{', '.join(sorted(scorers or {})) or 'no scorer'}): move it out of scores/")
+        listed = {str(r.get("path")) for r in self.records.get(self.rd.images, [])}
+        images_dir = self.rd.root / "images"
+        if images_dir.is_dir():
+            for path in sorted(images_dir.rglob("*.png")):
+                self.checked["stray"] += 1
+                if self.rd.rel(path) not in listed and not path.name.startswith("."):
+                    self.bad("stray", path, "a PNG images.jsonl does not list (a kill between a PNG and its "
+                                            "record leaves one: the next run makes it again)")
+
+    def check_stages(self, manifest: dict) -> None:
+        for stage, info in (manifest.get("stages") or {}).items():
+            self.checked["stages"] += 1
+            status = (info or {}).get("status")
+            if status in ("running", "incomplete", "done_with_errors"):
+                detail = ""
+                if stage == "generate":
+                    detail = f": {len(self.records.get(self.rd.images, []))} of {info.get('requested', '?')} images"
+                self.bad("stages", self.rd.manifest, f"stage {stage} is unfinished (status {status}{detail}): "
+                                                     "the run was stopped or failed before it ended")
 
 
 def _pixel_distance(path: Path, rec: dict) -> Optional[int]:
@@ -245,6 +303,11 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
     now = v.check_images()
     v.check_scores(now)
     v.check_activations()
+    manifest = rd.read_manifest() if rd.manifest.is_file() and not any(
+        p.path == rd.rel(rd.manifest) for p in v.problems) else {}
+    v.check_duplicates()
+    v.check_stray(manifest)
+    v.check_stages(manifest)
     damaged = {c: sum(p.category == c for p in v.problems) for c in CATEGORIES}
     if v.regenerated:
         notes.append(f"{len(v.regenerated)} image(s) hold other bytes than recorded but the same picture "
@@ -256,7 +319,8 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
             "problems": [asdict(p) for p in v.problems], "regenerated_elsewhere": v.regenerated, "notes": notes}
 
 
-UNITS = {"json": "files", "images": "images", "scores": "score files", "activations": "encoders"}
+UNITS = {"json": "files", "images": "images", "scores": "score files", "activations": "encoders",
+         "records": "files", "stray": "files", "stages": "stages"}
 
 
 def format_result(result: dict) -> str:
@@ -271,15 +335,18 @@ def format_result(result: dict) -> str:
     lines.append("damaged:")
     lines += [f"  {p['path']}: {p['problem']}" for p in result["problems"]]
     lines.append(f"{len(result['problems'])} problem(s). To repair:")
-    lines += [f"  {c}: {REPAIR[c]}" for c, s in result["summary"].items() if s["damaged"]]
+    lines += [f"  {c}: {REPAIR[c].replace('RUN', result['run'])}" for c, s in result["summary"].items() if s["damaged"]]
     return "\n".join(lines)
 
 
 REPAIR = {
     "json": "a torn last line goes on the next run of its stage; a corrupted line elsewhere stops "
             "the stage that reads it: remove that line (or the file, to redo the stage)",
-    "images": "rerun generation (`t2i-audit run --config RUN/run.yaml`): damaged images are regenerated "
-              "and their scores redone",
+    "images": "rerun generation (`t2i-audit run --config RUN/run.yaml --out RUN`): damaged images are "
+              "regenerated and their scores redone",
     "scores": "rerun `t2i-audit score RUN` (after regenerating damaged images): stale records are rescored",
-    "activations": "remove activations/<encoder>/meta.json and rerun `t2i-audit probe RUN` to extract again",
+    "activations": "rerun `t2i-audit probe RUN`: arrays whose bytes differ from the recorded hash are extracted again",
+    "records": "remove the duplicated lines (keep the first), then rerun the stage",
+    "stray": "move files this run did not write out of the run directory",
+    "stages": "rerun the same command (`t2i-audit run --config RUN/run.yaml --out RUN`) to finish the run",
 }

@@ -1,15 +1,19 @@
 """Model cards (t2i_audit/models.yaml): every named pipeline class exists in the installed diffusers, the
-open-model cards carry licence and gating, and `t2i-audit models` shows family / pipeline / licence / gated."""
+open-model cards carry licence and gating, `t2i-audit models` shows family / pipeline / licence / gated, every
+setting names its source, and every `call` / `components` name is one the real pipeline class takes."""
 
 from __future__ import annotations
 
+import inspect
 import json
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from t2i_audit.cli import app
-from t2i_audit.models import CARDS_FILE, list_models, resolve_model
+from t2i_audit.errors import AuditError
+from t2i_audit.models import CARDS_FILE, _from_card, list_models, resolve_model
 
 NEW = ["flux2-dev", "flux2-klein", "qwen-image", "z-image-turbo", "hidream-i1-full", "hidream-i1-dev",
        "hidream-i1-fast", "sana-1.5", "sana-sprint", "lumina-image-2", "cogview4", "chroma",
@@ -55,3 +59,59 @@ def test_models_command_shows_pipeline_licence_gated():
     assert row[1:3] == ["flux2", "Flux2Pipeline"] and "flux-dev-non-commercial" in row and "yes" in row
     as_json = json.loads(CliRunner().invoke(app, ["models", "--json"]).output)
     assert {r["name"]: r["gated"] for r in as_json}["z-image-turbo"] is False
+
+
+def _cards() -> dict:
+    return yaml.safe_load(CARDS_FILE.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(_cards()))
+def test_every_card_setting_names_its_source(name):
+    """steps / guidance / size, and call / components when the card has them: each names where it comes from."""
+    card = resolve_model(name)
+    needed = {"steps", "guidance", "size"} | ({"call"} if card.call else set()) | (
+        {"components"} if card.components else set())
+    missing = needed - {k for k, v in card.sources.items() if isinstance(v, str) and v.strip()}
+    assert not missing, f"{name}: no source for {sorted(missing)}"
+
+
+@pytest.mark.parametrize("name", sorted(_cards()))
+def test_call_and_component_names_are_the_pipeline_classes_own(name):
+    """A `call` key the pipeline's __call__ does not name explicitly would be swallowed by **kwargs or raise at
+    generation time; a component must be an __init__ argument, its class importable."""
+    import diffusers
+    import transformers
+
+    card = resolve_model(name)
+    cls = getattr(diffusers, card.pipeline)
+    params = inspect.signature(cls.__call__).parameters
+    named = {k for k, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    assert set(card.call) <= named, f"{name}: {sorted(set(card.call) - named)} not in {cls.__name__}.__call__"
+    init = inspect.signature(cls.__init__).parameters
+    for comp, spec in card.components.items():
+        assert comp in init, f"{name}: {comp} is not a {cls.__name__} component"
+        assert hasattr(transformers, spec["class"]) or hasattr(diffusers, spec["class"]), (name, spec)
+
+
+def test_a_card_with_an_unknown_field_is_refused_with_a_suggestion():
+    with pytest.raises(AuditError, match=r"card 'x': unknown field 'sourcse'.*'sources'"):
+        _from_card("x", {"repo": "a/b", "sourcse": {"steps": "somewhere"}})
+    with pytest.raises(AuditError, match=r"components.text_encoder_4: expected \{repo, class"):
+        _from_card("x", {"repo": "a/b", "components": {"text_encoder_4": {"repo": "a/llama"}}})
+    with pytest.raises(AuditError, match=r"sources.stepz: not a setting.*'steps'"):
+        _from_card("x", {"repo": "a/b", "sources": {"stepz": "README"}})
+
+
+def test_cards_follow_their_sources():
+    """issue 19 §2: the values read off the authors' own files (see each card's sources)."""
+    lumina = resolve_model("lumina-image-2")  # Alpha-VLLM/Lumina-Image-2.0 README.md, Diffusers inference
+    assert (lumina.defaults["steps"], lumina.defaults["guidance"], lumina.defaults["size"]) == (50, 4.0, 1024)
+    assert lumina.call == {"cfg_trunc_ratio": 0.25, "cfg_normalization": True}
+    sana = resolve_model("sana-1.5")  # NVlabs/Sana docs/sana.md (the hub's 18-step PAG snippet is a generic template)
+    assert (sana.defaults["steps"], sana.defaults["guidance"], sana.call) == (20, 4.5, {})
+    for name in ("hidream-i1-full", "hidream-i1-dev", "hidream-i1-fast"):  # the repos ship no Llama
+        assert resolve_model(name).components == {
+            "tokenizer_4": {"repo": "meta-llama/Meta-Llama-3.1-8B-Instruct", "class": "AutoTokenizer"},
+            "text_encoder_4": {"repo": "meta-llama/Meta-Llama-3.1-8B-Instruct", "class": "LlamaForCausalLM"}}
+    text = CARDS_FILE.read_text()
+    assert "Mistral Small 3.1" not in text and "Mistral Small 3.2" in text  # black-forest-labs/flux2 text_encoder.py

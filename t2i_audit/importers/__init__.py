@@ -6,7 +6,8 @@ One module and one function per format, registered in :data:`IMPORTERS` (each mo
 docstring cites the benchmark's own files that define the format):
 
 * ``geneval`` — :mod:`.geneval`, ``evaluation_metadata.jsonl``;
-* ``t2i-compbench`` — :mod:`.t2i_compbench`, ``<category>_val.txt`` with an explicit grammar;
+* ``t2i-compbench`` — :mod:`.t2i_compbench`, ``<category>_val.txt`` read by :mod:`.grammar`, which
+  accounts for every word of a line or declines it (word classes: :mod:`.vocab`, :mod:`.lexicon`);
 * ``dpg`` — :mod:`.dpg`, ``dpg_bench.csv`` grouped by item_id with DSG dependencies.
 
 :mod:`.records` builds the records (slots, spans, objects, relations, questions with
@@ -18,11 +19,11 @@ copy of the file; a repeated prompt keeps its own id (occurrence 1, 2 …).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from ..errors import AuditError, did_you_mean
+from ..safeload import loads_json, split_lines
 from .dpg import import_dpg
 from .geneval import import_geneval
 from .records import make_record, nonempty, read_text, stable_id  # noqa: F401  (the builder, for custom importers)
@@ -54,18 +55,16 @@ def read_prompt_records(path: str | Path) -> list[dict]:
     keys every stage reads; problems name file:line."""
     path = Path(path)
     records, seen = [], {}
-    for i, line in enumerate(read_text(path).splitlines(), 1):
+    for i, line in split_lines(read_text(path)):  # "\n" only: U+2028 may sit inside a JSON string
         if not line.strip():
             continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise AuditError(f"{path}:{i}: not a JSON object ({e.msg})") from None
+        r = loads_json(line, f"{path}:{i}", what="not a JSON object")
         if not isinstance(r, dict):
             raise AuditError(f"{path}:{i}: expected a PromptRecord object")
         missing = [k for k in REQUIRED_KEYS if k not in r]
         if missing:
             raise AuditError(f"{path}:{i}: not a PromptRecord: missing {', '.join(missing)}")
+        _check_shape(r, f"{path}:{i}")
         if r["id"] in seen:
             raise AuditError(f"{path}:{i}: id {r['id']} repeats line {seen[r['id']]}")
         seen[r["id"]] = i
@@ -76,6 +75,29 @@ def read_prompt_records(path: str | Path) -> list[dict]:
         r.setdefault("composition", "|".join(f"{k}={v}" for k, v in sorted(r["slots"].items())) or r["text"])
         records.append(r)
     return nonempty(records, path)
+
+
+# the type of each key a stage reads; a record of another shape would crash a stage later
+RECORD_TYPES = {"id": str, "text": str, "category": str, "template": str, "objects": list, "questions": list,
+                "suite": str, "slots": dict, "families": dict, "spans": dict, "relations": list, "bindings": list,
+                "split": str}
+
+
+def _check_shape(r: dict, where: str) -> None:
+    for key, typ in RECORD_TYPES.items():
+        if key in r and not isinstance(r[key], typ):
+            raise AuditError(f"{where}: not a PromptRecord: {key} must be a {typ.__name__}, "
+                             f"not {type(r[key]).__name__}")
+    if not r["id"]:
+        raise AuditError(f"{where}: not a PromptRecord: empty id")
+    if not all(isinstance(part, dict) for part in r["objects"] + r.get("relations", [])):
+        raise AuditError(f"{where}: not a PromptRecord: objects and relations must be mappings")
+    for q in r["questions"]:
+        deps = q.get("depends_on") or [] if isinstance(q, dict) else None
+        if not (isinstance(q, dict) and isinstance(q.get("id"), str) and isinstance(q.get("text"), str)
+                and isinstance(deps, list) and all(isinstance(d, str) for d in deps)):
+            raise AuditError(f"{where}: not a PromptRecord: each question needs a string id and text "
+                             "(and depends_on, a list of question ids)")
 
 
 def parse_summary(records: list[dict]) -> dict:

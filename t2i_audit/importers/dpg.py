@@ -7,20 +7,23 @@ ids. (ELLA's reader skips the first data row, ``if i == 0: continue``; we do not
 
 from __future__ import annotations
 
-import csv
 import re
 from pathlib import Path
 from typing import Optional
 
 from ..errors import AuditError
+from ..safeload import csv_dict_rows
 from ..suite import ATTRIBUTE_FAMILIES
 from .records import make_record, nonempty, read_text, stable_id
 
 DPG_COLUMNS = ("item_id", "text", "proposition_id", "dependency", "tuple", "question_natural_language")
+MAX_TUPLE = 500
 _TUPLE = re.compile(r"^\s*([a-z ]+?)\s*-\s*([a-z _]*?)\s*\((.*)\)\s*$", re.I)
 
 
 def _parse_tuple(s: str) -> Optional[tuple[str, str, list[str]]]:
+    if len(s or "") > MAX_TUPLE:  # the pattern backtracks quadratically on long runs of spaces
+        return None
     m = _TUPLE.match(s or "")
     if not m:
         return None
@@ -28,16 +31,15 @@ def _parse_tuple(s: str) -> Optional[tuple[str, str, list[str]]]:
 
 
 def import_dpg(path: Path, **_) -> list[dict]:
-    text_data = read_text(path)
-    reader = csv.DictReader(text_data.splitlines(keepends=True))
-    cols = reader.fieldnames or []
+    # rows come from the text itself: quoted fields may hold newlines, nothing splits on U+2028;
+    # a field past the csv module's limit is a located error
+    cols, rows = csv_dict_rows(read_text(path), str(path))
     missing = [c for c in DPG_COLUMNS if c not in cols]
     if missing:
         raise AuditError(f"{path}:1: missing column(s) {', '.join(missing)}; DPG-Bench CSV needs "
                          f"{', '.join(DPG_COLUMNS)} (found {', '.join(cols) or 'none'})")
     items: dict[str, dict] = {}
-    for row in reader:
-        line = reader.line_num
+    for line, row in rows:
         where = f"{path}:{line}"
         if None in row or any(row.get(c) is None for c in DPG_COLUMNS):
             raise AuditError(f"{where}: expected {len(cols)} columns, got a different number")
@@ -92,7 +94,7 @@ def _dpg_record(path: Path, item_id: str, it: dict) -> dict:
             i = index[args[0]]
             if objects[i]["attributes"].setdefault(t[1], t[2][1]) == t[2][1]:  # one value per family and object
                 q.update(kind="attribute", object=f"o{i + 1}", family=t[1], value=t[2][1])
-        elif t and t[1] == "count" and len(args) == 2 and args[0] in index and re.fullmatch(r"=*\s*\d+", args[1]):
+        elif t and t[1] == "count" and len(args) == 2 and args[0] in index and re.fullmatch(r"=*\s*\d{1,6}", args[1]):
             i, n = index[args[0]], int(args[1].lstrip("= "))
             objects[i]["count"] = n
             q.update(kind="count", object=f"o{i + 1}", number=n)

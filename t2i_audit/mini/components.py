@@ -121,26 +121,21 @@ def save_pipeline(pipe, folder: Path) -> None:
 
     import torch
 
+    from ..rundir import staged_into
     from .tokenizer import save_tokenizer
 
-    folder = Path(folder)
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     unet16 = copy.deepcopy(pipe.unet).to(torch.float16)
     from diffusers import StableDiffusionPipeline
 
     out = StableDiffusionPipeline(vae=pipe.vae, text_encoder=pipe.text_encoder, tokenizer=pipe.tokenizer, unet=unet16,
                                   scheduler=pipe.scheduler, safety_checker=None, feature_extractor=None,
                                   requires_safety_checker=False)
-    out.save_pretrained(str(tmp), safe_serialization=True)
-    shutil.rmtree(tmp / "tokenizer", ignore_errors=True)
-    save_tokenizer(pipe.tokenizer, tmp / "tokenizer")
-    card = folder / "card.json"
-    if card.exists():
-        shutil.copy(card, tmp / "card.json")
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.rename(folder)
+    # staged inside the folder, then moved over the entries it names (card.json and any other
+    # file there stay): nothing outside the folder, and nothing we did not write, is deleted
+    with staged_into(Path(folder)) as tmp:
+        out.save_pretrained(str(tmp), safe_serialization=True)
+        shutil.rmtree(tmp / "tokenizer", ignore_errors=True)
+        save_tokenizer(pipe.tokenizer, tmp / "tokenizer")
 
 
 def load_pipeline(folder: Path, dtype=None):

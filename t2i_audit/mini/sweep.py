@@ -36,6 +36,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..rundir import claim_output_dir
 from .sweep_stats import _r, aggregate
 from .world import COLORS, HELDOUT_PAIRS, SHAPES, scene_for, scene_record
 
@@ -330,8 +331,7 @@ def run_sweep(out: Path | str, cfg: SweepConfig | None = None, *, eval_only: boo
               train_only: bool = False, log: Callable = print) -> dict:
     """Train (resumable), evaluate (cached per model), aggregate, write sweep.json + index.html."""
     cfg = cfg or SweepConfig()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_output_dir(out, "sweep")  # a new, empty or sweep folder only
     if not eval_only:
         train_models(out, cfg, log)
     if train_only:

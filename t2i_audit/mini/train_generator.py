@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..rundir import atomic_write_text, claim_output_dir
 from .world import HELDOUT_PAIRS, caption, render_batch, sample_scene
 
 GRID_PROMPTS = (
@@ -118,7 +119,8 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
     cfg = config or GeneratorConfig()
     if cfg.steps is None and cfg.minutes is None:
         raise ValueError("give steps or minutes")
-    out = Path(out)
+    out = claim_output_dir(out, "mini-generator")  # before training: refuse a folder that is not ours at once
+    samples = claim_output_dir(out.parent / f"{out.name}_samples", "mini-samples")
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -160,11 +162,10 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
                            "text_encoder": sum(p.numel() for p in text_encoder.parameters())},
             "training_data": "fresh renders from t2i_audit.mini.world.sample_scene, excluding heldout_pairs",
         }
-        out.mkdir(parents=True, exist_ok=True)
         with torch.no_grad():
             save_pipeline(pipe, out)
-            (out / "card.json").write_text(json.dumps(info, indent=2))
-            save_grid(pipe, out.parent / f"{out.name}_samples" / f"grid_{step:06d}.png")
+            atomic_write_text(out / "card.json", json.dumps(info, indent=2))
+            save_grid(pipe, samples / f"grid_{step:06d}.png")
         ema.swap()
         unet.train()
         text_encoder.train()

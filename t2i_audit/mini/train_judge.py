@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..rundir import claim_output_dir, staged_into
 from .descriptions import holds, negative_desc, positive_desc
 from .world import render_batch, sample_scene
 
@@ -78,21 +79,14 @@ def load_judge(folder: Path | str, device: str = "cpu"):
 
 
 def _save(model, folder: Path, cfg: dict, card: dict) -> None:
-    import shutil
-
     from safetensors.torch import save_file
 
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    sd = {k: v.detach().to("cpu").half().contiguous() for k, v in model.state_dict().items()}
-    save_file(sd, str(tmp / "model.safetensors"))
-    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-    # no "accuracy" here: new weights invalidate it; `t2i-audit mini eval-judges` writes it
-    (tmp / "card.json").write_text(json.dumps(card, indent=2))
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.rename(folder)
+    with staged_into(folder) as tmp:  # replaces these three files only; nothing else in the folder
+        sd = {k: v.detach().to("cpu").half().contiguous() for k, v in model.state_dict().items()}
+        save_file(sd, str(tmp / "model.safetensors"))
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+        # no "accuracy" here: new weights invalidate it; `t2i-audit mini eval-judges` writes it
+        (tmp / "card.json").write_text(json.dumps(card, indent=2))
 
 
 def train_judge(out: Path | str, config: JudgeConfig | None = None, log=print) -> dict:
@@ -104,7 +98,7 @@ def train_judge(out: Path | str, config: JudgeConfig | None = None, log=print) -
     cfg = config or JudgeConfig()
     if cfg.steps is None and cfg.minutes is None:
         raise ValueError("give steps or minutes")
-    out = Path(out)
+    out = claim_output_dir(out, "mini-judge")  # before training: refuse a folder that is not ours at once
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)

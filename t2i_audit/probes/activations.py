@@ -43,7 +43,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..errors import AuditError
-from ..rundir import atomic_write_json, atomic_write_jsonl, read_jsonl
+from ..rundir import atomic_write_json, atomic_write_jsonl, file_sha256, read_jsonl
 
 CHUNK = 256
 MODE_VERSION = 2  # 2: the pipeline's own encode_prompt (1: our own padding/masking)
@@ -149,9 +149,25 @@ def _finished(enc_dir: Path, key: str) -> dict | None:
     if not meta_path.exists():
         return None
     meta = json.loads(meta_path.read_text())
-    if meta.get("key") == key and all((enc_dir / f"{a}.npy").exists() for a in meta["arrays"]):
+    if meta.get("key") == key and arrays_intact(enc_dir, meta):
         return meta
     return None
+
+
+def array_hashes(enc_dir: Path, names: Sequence[str]) -> dict[str, str]:
+    """sha256 of each stored ``<name>.npy``: meta.json records them, so a flipped byte is seen."""
+    return {n: file_sha256(Path(enc_dir) / f"{n}.npy") for n in names}
+
+
+def arrays_intact(enc_dir: Path, meta: dict) -> bool:
+    """Every array meta.json lists is on disk with its recorded hash (a damaged one is extracted again).
+    Extractions made before hashes were recorded are checked for presence only."""
+    recorded = meta.get("sha256") or {}
+    for name in meta.get("arrays", []):
+        path = Path(enc_dir) / f"{name}.npy"
+        if not path.is_file() or (name in recorded and file_sha256(path) != recorded[name]):
+            return False
+    return True
 
 
 def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, layers: str = "all",
@@ -213,7 +229,8 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
     with state.split_between_processes(list(range(n_chunks))) as share:
         missing = [c for c in share if not all((parts[n] / f"part_{c:05d}.npz").exists() for n in todo)]
     if missing:  # a process whose chunks are all on disk loads nothing
-        pipe = load_text_pipeline(path, revision=card.revision, variant=card.variant, device=device, dtype=dtype)
+        pipe = load_text_pipeline(path, revision=card.revision, variant=card.variant, device=device, dtype=dtype,
+                                  components=card.load_components(dtype, text_only=True))
         encoder = PipelineTextEncoder(pipe, card.call)
         if progress and main:
             print(f"[probe] text encoders {', '.join(todo)}: {len(ids)} prompts through "
@@ -266,6 +283,7 @@ def _finish_encoder(enc_dir: Path, parts: Path, n_chunks: int, ids: list[str], *
         "truncated": [pid for pid, t in zip(ids, trunc) if t],
         "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names),
         "parts": n_chunks,  # CHUNK rows each; the process count is left out (the fit key hashes meta.json)
+        "sha256": array_hashes(enc_dir, names),
         **info,
     }
     atomic_write_json(enc_dir / "meta.json", meta)

@@ -17,9 +17,10 @@ def _run_model(run: Path) -> str | None:
     rd = RunDir(run)
     model = None
     if rd.config.exists():  # run.yaml keeps the reference as the user gave it (card, hf:…, folder)
-        import yaml
+        from ..safeload import load_yaml
 
-        model = (yaml.safe_load(rd.config.read_text()) or {}).get("model")
+        cfg = load_yaml(rd.config) or {}
+        model = cfg.get("model") if isinstance(cfg, dict) else None
     if not model:
         m = rd.read_manifest().get("model")
         model = m.get("name") if isinstance(m, dict) else m

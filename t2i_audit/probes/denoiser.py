@@ -38,7 +38,7 @@ from ..errors import AuditError
 from ..families import block_lists, image_stream_index, joint_sequence, pipeline_family
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from ..generate import plan_batches
-from .activations import merge_parts, save_part
+from .activations import array_hashes, arrays_intact, merge_parts, save_part
 
 CHUNK = 64
 
@@ -310,8 +310,10 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
                                   default=str, sort_keys=True).encode()).hexdigest()[:16]
     enc_dir = rd.activations_dir / "denoiser"
     meta_path = enc_dir / "meta.json"
-    if meta_path.exists() and json.loads(meta_path.read_text()).get("key") == key:
-        return json.loads(meta_path.read_text())
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("key") == key and arrays_intact(enc_dir, meta):
+            return meta
     main = state.is_main_process
     parts = enc_dir / ".parts" / key
     parts.mkdir(parents=True, exist_ok=True)
@@ -358,7 +360,8 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
             "timesteps": {f"t{t:03d}": _timestep_of(info, t) for t in hooked},
             "image_positions": info["image_positions"], "batch_size": batch_size, "truncated": [],
             "parts": n_chunks,  # whole planned batches each; the process count is left out (the fit key hashes meta.json)
-            "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names)}
+            "bytes": sum((enc_dir / f"{n}.npy").stat().st_size for n in names),
+            "sha256": array_hashes(enc_dir, names)}
     atomic_write_json(meta_path, meta)
     shutil.rmtree(enc_dir / ".parts", ignore_errors=True)
     return meta

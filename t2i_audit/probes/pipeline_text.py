@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -47,6 +48,7 @@ class EncoderCall:
     untruncated_lengths: Optional[list] = None
     notes: list = field(default_factory=list)
     stacked: Optional[list] = None  # hidden-state indices the pipeline stacks per token (FLUX.2): 'cond'
+    encoded: Optional["object"] = None  # (B,) bool: prompts this encoder ran on (None: all; HunyuanImage's ByT5)
 
 
 class _RecordingTokenizer:
@@ -56,9 +58,14 @@ class _RecordingTokenizer:
         object.__setattr__(self, "_tok", tokenizer)
         object.__setattr__(self, "calls", [])
 
-    def __call__(self, text=None, *args, **kwargs):
-        out = self._tok(text, *args, **kwargs)
-        self.calls.append((text, args, kwargs, out))
+    def __call__(self, *args, **kwargs):
+        # forwarded exactly as called: a processor (Kandinsky 5's Qwen2VLProcessor) takes images first, text by name
+        out = self._tok(*args, **kwargs)
+        if "text" in kwargs:
+            text = kwargs.pop("text")
+        else:
+            text, args = (args[0] if args else None), args[1:]
+        self.calls.append((text, args, {k: v for k, v in kwargs.items() if k not in ("images", "videos")}, out))
         return out
 
     def apply_chat_template(self, conversation, *args, **kwargs):
@@ -118,8 +125,9 @@ def encode_kwargs(pipe, call: dict | None) -> dict:
 
 
 def load_text_pipeline(path: str, *, revision: str | None = None, variant: str | None = None,
-                       device: str = "cpu", dtype: str = "float32"):
-    """The pipeline with only its tokenizers and text encoders loaded (UNet/transformer/VAE = None)."""
+                       device: str = "cpu", dtype: str = "float32", components: dict | None = None):
+    """The pipeline with only its tokenizers and text encoders loaded (UNet/transformer/VAE = None);
+    ``components``: loaded objects for what the repo does not ship (``ModelCard.load_components``)."""
     import torch
     from diffusers import DiffusionPipeline
 
@@ -127,7 +135,7 @@ def load_text_pipeline(path: str, *, revision: str | None = None, variant: str |
     skip = {k: None for k, v in index.items()
             if not k.startswith("_") and isinstance(v, list)
             and not k.startswith(("text_encoder", "tokenizer", "scheduler"))}
-    kw = {"revision": revision, "dtype": getattr(torch, dtype), **skip}
+    kw = {"revision": revision, "dtype": getattr(torch, dtype), **skip, **(components or {})}
     if variant and dtype != "float32":  # as generate.load_pipeline: fp16 files only for a half-precision run
         kw["variant"] = variant
     try:
@@ -150,8 +158,8 @@ def _model_index(path: str, revision: str | None) -> dict:
 
 def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, *,
                           offsets: bool = True) -> tuple[list[EncoderCall], tuple]:
-    """Run ``pipe.encode_prompt(texts)`` as a generation call would; return every encoder call
-    (first call per encoder: the positive prompt) and what ``encode_prompt`` returned."""
+    """Run ``pipe.encode_prompt(texts)`` as a generation call would; return one EncoderCall per encoder over
+    ``texts`` (see ``_assemble``) and what ``encode_prompt`` returned."""
     import torch
 
     encoders = text_components(pipe)
@@ -172,10 +180,9 @@ def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, 
             pending[enc] = (ids, kwargs.get("attention_mask") is not None)
             return args, kwargs
 
-        def post(_m, _args, _kwargs, output, enc=enc):
-            if enc not in calls:  # the first call encodes the prompt (negatives come later, if at all)
-                ids, mask_passed = pending[enc]
-                calls[enc] = (ids.detach().cpu(), mask_passed, output)
+        def post(_m, _args, _kwargs, output, enc=enc):  # every call: _assemble picks the prompt's
+            ids, mask_passed = pending[enc]
+            calls.setdefault(enc, []).append((ids.detach().cpu(), mask_passed, output))
 
         module = getattr(pipe, enc)
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
@@ -199,11 +206,9 @@ def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, 
             object.__setattr__(pipe, tname, proxy._tok)
     out = []
     for enc in encoders:
-        if enc not in calls:
-            continue  # e.g. a pipeline that skips an encoder for this call
-        ids, mask_passed, output = calls[enc]
-        proxy = proxies.get(tokenizer_for(enc))
-        out.append(_describe(enc, ids, mask_passed, output, proxy, offsets=offsets))
+        c = _assemble(pipe, enc, calls.get(enc, []), proxies.get(tokenizer_for(enc)), texts, offsets=offsets)
+        if c is not None:  # None: a pipeline that skips an encoder for this call
+            out.append(c)
     for c in out:  # the layers the pipeline stacks, as this call runs it (encode_prompt's kwarg or default)
         c.stacked = stacked_layers(type(pipe).__name__, c.encoder, kwargs)
     _rows_the_denoiser_sees(pipe, out, kwargs)
@@ -212,11 +217,14 @@ def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, 
 
 def _rows_the_denoiser_sees(pipe, calls: list[EncoderCall], kwargs: dict) -> None:
     """Rows the pipeline drops before the denoiser are not real tokens for eos / mean / slot pooling
-    (families.yaml): ``drop_prefix`` (Qwen-Image: ``e[drop_idx:]``, its chat template's system prefix) and
-    ``select_rows`` (Sana: ``[0] + range(-max_sequence_length + 1, 0)``, most of its instruction prefix)."""
+    (families.yaml, per encoder: only the encoder the pipeline cuts): ``drop_prefix`` (Qwen-Image: ``e[drop_idx:]``,
+    its chat template's system prefix; Kandinsky 5 / HunyuanImage cut their Qwen output only — their CLIP / ByT5 rows
+    all reach the denoiser) and ``select_rows`` (Sana: ``[0] + range(-max_sequence_length + 1, 0)``, most of its
+    instruction prefix)."""
     fam = pipeline_family(type(pipe).__name__) or {}
-    attr, sel = fam.get("drop_prefix"), fam.get("select_rows")
     for call in calls:
+        attr = (fam.get("drop_prefix") or {}).get(call.encoder)
+        sel = (fam.get("select_rows") or {}).get(call.encoder)
         before = call.real.sum(1)
         if attr:
             k = int(getattr(pipe, attr))
@@ -234,6 +242,104 @@ def _rows_the_denoiser_sees(pipe, calls: list[EncoderCall], kwargs: dict) -> Non
         if (attr or sel) and call.untruncated_lengths is not None:  # counted like `real`, or all read as truncated
             dropped = (before - call.real.sum(1)).tolist()
             call.untruncated_lengths = [n - d for n, d in zip(call.untruncated_lengths, dropped)]
+
+
+def _assemble(pipe, enc: str, got: list, proxy, texts: Sequence[str], *, offsets: bool) -> Optional[EncoderCall]:
+    """One EncoderCall over all ``texts`` from an encoder's forward calls inside ``encode_prompt``.
+
+    Usually the first call encodes the whole batch (later ones, if any, encode negatives). Some pipelines run an
+    encoder prompt by prompt: pipeline_hunyuanimage.py ``encode_prompt`` runs ByT5 once per prompt whose
+    ``extract_glyph_text`` is not None (quoted text; apostrophes count as quotes) and gives the denoiser zeros for
+    the others. families.yaml ``per_prompt`` names that function of the pipeline's module, so each call is
+    assigned to its prompt; a pipeline without it whose first call does not cover the batch is refused."""
+    n = len(texts)
+    fn = _per_prompt_fn(pipe, enc)
+    if fn is None:
+        if got and got[0][0].shape[0] != n:
+            raise AuditError(f"{type(pipe).__name__}.encode_prompt ran {enc} on {got[0][0].shape[0]} rows for {n} "
+                             "prompts: which rows are whose is unknown (families.yaml per_prompt names the "
+                             "pipeline's function that gives each prompt's text for it)")
+        return _describe(enc, *got[0], proxy, offsets=offsets) if got else None
+    rows = [b for b, t in enumerate(texts) if fn(t) is not None]
+    if len(got) != len(rows) or any(c[0].shape[0] != 1 for c in got):
+        raise AuditError(f"{type(pipe).__name__}.encode_prompt ran {enc} {len(got)} times for the {len(rows)} "
+                         f"prompts {fn.__name__} gives a text (families.yaml per_prompt)")
+    note = (f"{enc} runs once per prompt on {fn.__name__}(prompt); prompts it returns None for are not encoded: "
+            "the denoiser gets zeros for them, and so are their stored arrays")
+    parts = [_describe(enc, *c, proxy, offsets=offsets) for c in got]
+    return _merge(enc, parts, rows, n, parts[0] if parts else _shape_probe(pipe, enc, proxy), note)
+
+
+def _per_prompt_fn(pipe, enc: str):
+    name = ((pipeline_family(type(pipe).__name__) or {}).get("per_prompt") or {}).get(enc)
+    if name is None:
+        return None
+    fn = getattr(sys.modules[type(pipe).__module__], name, None)
+    if fn is None:
+        raise AuditError(f"families.yaml {type(pipe).__name__}.per_prompt.{enc}: no {name} in {type(pipe).__module__}")
+    return fn
+
+
+def _shape_probe(pipe, enc: str, proxy) -> EncoderCall:
+    """The encoder on an empty text: only its output's layers and widths are used (a batch where the pipeline ran
+    it on no prompt still stores every layer, all zeros as the denoiser gets); its values are never stored."""
+    import torch
+
+    tok = proxy._tok if proxy is not None else getattr(pipe, tokenizer_for(enc))
+    tok = getattr(tok, "tokenizer", tok)
+    ids = torch.as_tensor(tok("", return_tensors="pt")["input_ids"])
+    if ids.shape[-1] == 0:
+        ids = torch.tensor([[tok.pad_token_id or 0]])
+    module = getattr(pipe, enc)
+    with torch.inference_mode():
+        output = module(input_ids=ids.to(module.device), output_hidden_states=True)
+    return EncoderCall(enc, [None], ids, torch.zeros_like(ids, dtype=torch.bool), False, output)
+
+
+def _merge(enc: str, parts: list[EncoderCall], rows: list[int], n: int, template: EncoderCall,
+           note: str) -> EncoderCall:
+    """One-prompt EncoderCalls laid out as one batch of ``n``: part i is prompt ``rows[i]``; the other prompts get
+    zero states and no real token (``encoded`` False), as the pipeline gives their denoiser rows zeros."""
+    import torch
+
+    length = template.input_ids.shape[1]
+    if any(p.input_ids.shape[1] != length for p in parts):
+        raise AuditError(f"{enc}: per-prompt calls of different lengths {[p.input_ids.shape[1] for p in parts]}")
+    ids = template.input_ids.new_zeros(n, length)
+    real = torch.zeros(n, length, dtype=torch.bool)
+    encoded = torch.zeros(n, dtype=torch.bool)
+    seen, offs, untruncated, notes = [None] * n, [[(0, 0)] * length for _ in range(n)], [0] * n, []
+    for b, p in zip(rows, parts):
+        ids[b], real[b], encoded[b], seen[b] = p.input_ids[0], p.real[0], True, p.seen_texts[0]
+        untruncated[b] = p.untruncated_lengths[0] if p.untruncated_lengths is not None else 0
+        if p.offsets is not None:
+            offs[b] = p.offsets[0]
+        notes += [x for x in p.notes if x not in notes]
+    with torch.inference_mode():
+        output = _stack_outputs([p.output for p in parts], rows, n, template.output)
+    has_offsets = bool(parts) and all(p.offsets is not None for p in parts)
+    return EncoderCall(enc, seen, ids, real, template.mask_passed, output, offsets=offs if has_offsets else None,
+                       untruncated_lengths=untruncated, notes=notes + [note], encoded=encoded)
+
+
+def _stack_outputs(outputs: list, rows: list[int], n: int, template):
+    """One-prompt encoder outputs as one ModelOutput of ``n`` rows (zeros where the encoder did not run)."""
+    import torch
+
+    def fill(like, values):
+        out = like.new_zeros((n, *like.shape[1:]))
+        if values:
+            out[rows] = torch.cat(values)
+        return out
+
+    fields = {}
+    for key, like in template.items():
+        values = [o[key] for o in outputs]
+        if isinstance(like, torch.Tensor):
+            fields[key] = fill(like, values)
+        elif isinstance(like, tuple) and all(isinstance(t, torch.Tensor) for t in like):
+            fields[key] = tuple(fill(t, [v[i] for v in values]) for i, t in enumerate(like))
+    return type(template)(**fields)
 
 
 def _per_prompt_calls(calls: list, ids):
@@ -411,6 +517,8 @@ class PipelineTextEncoder:
                 "pooled_used": enc in (fam.get("pooled") or []),
                 "eos": "the last real token (the tokenizer's attention mask)",
                 "notes": call.notes}
+        if call.encoded is not None and not bool(call.encoded.any()):  # a shape probe: nothing known of its run
+            info.update(sequence_length=None, mask_passed=None)
         per_block = (fam.get("per_block_layers") or {}).get(enc)
         if per_block:  # HiDream: each denoiser block also gets its own layer of this encoder
             info["per_block_layers"] = (f"denoiser block i also gets hidden_states[1:][{per_block}[i]] "
@@ -419,7 +527,17 @@ class PipelineTextEncoder:
 
     def encode(self, texts: Sequence[str], spans: Sequence[dict], *, layers="all",
                poolings: Sequence[str] = ("eos", "mean", "slot"), slot_names: Sequence[str] = ()) -> dict:
-        """``{encoder: {"<layer>__<pooling>": (B, D) float32, "_truncated": bool (B,), "_info": dict}}``."""
+        """``{encoder: {"<layer>__<pooling>": (B, D) float32, "_truncated": bool (B,), "_info": dict}}``.
+
+        A ``batch_dependent`` family (families.yaml) is encoded one prompt at a time, as generate makes its images:
+        its states depend on the batch (Kandinsky 5: unmasked padding; and ``_encode_prompt_qwen``'s truncation
+        decodes the pad tokens of a batch with a long prompt as text and cuts them off the SHORT prompts' text)."""
+        if len(texts) > 1 and (pipeline_family(self.pipeline_class) or {}).get("batch_dependent"):
+            kw = dict(layers=layers, poolings=poolings, slot_names=slot_names)
+            parts = [self.encode([t], [sp], **kw) for t, sp in zip(texts, spans)]
+            return {enc: {k: (v if k.startswith("_") and k != "_truncated" else
+                              np.concatenate([p[enc][k] for p in parts])) for k, v in first.items()}
+                    for enc, first in parts[0].items()}
         calls, _ = capture_encoder_calls(self.pipe, texts, self.call, offsets="slot" in poolings)
         return {c.encoder: self._pool(c, texts, spans, layers, poolings, slot_names) for c in calls}
 
@@ -440,9 +558,9 @@ class PipelineTextEncoder:
             for b, (text, sp) in enumerate(zip(texts, spans)):
                 moved = map_spans(text, call.seen_texts[b], sp or {})
                 slots.append(token_slots(call.offsets[b], moved, slot_names, call.real[b]))
-        seen = call.seen_texts[0] if call.seen_texts else None
-        if seen is not None and seen != texts[0]:  # a chat template or caption cleaning: record it
-            info["seen_text_example"] = {"prompt": texts[0], "tokenizer_saw": seen}
+        b0 = next((b for b, seen in enumerate(call.seen_texts) if seen is not None), None)
+        if b0 is not None and call.seen_texts[b0] != texts[b0]:  # a chat template or caption cleaning: record it
+            info["seen_text_example"] = {"prompt": texts[b0], "tokenizer_saw": call.seen_texts[b0]}
         result: dict = {"_truncated": truncated, "_info": info, "_layers": names}
         for name in names:
             h = tensors[name].float()
@@ -459,4 +577,10 @@ class PipelineTextEncoder:
                     if slot in ts:
                         arr[b] = h[b, ts[slot]].mean(0).cpu().numpy()
                 result[f"{name}__slot-{slot}"] = arr
+        if call.encoded is not None:  # prompts the pipeline never ran this encoder on: the denoiser gets zeros
+            absent = ~call.encoded.numpy()
+            truncated[absent] = False
+            for k, v in result.items():
+                if not k.startswith("_") and "__slot-" not in k:  # a slot never found stays NaN, as anywhere
+                    v[absent] = 0.0
         return result

@@ -57,8 +57,9 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     from .pipeline_text import PipelineTextEncoder, load_text_pipeline
 
     card = resolve_model(model)
+    dtype = "float32" if device == "cpu" else card.defaults.get("dtype", "float32")
     pipe = load_text_pipeline(info["path"], revision=info["revision"], variant=card.variant, device=device,
-                              dtype="float32" if device == "cpu" else card.defaults.get("dtype", "float32"))
+                              dtype=dtype, components=card.load_components(dtype, text_only=True))
     encoder = PipelineTextEncoder(pipe, card.call)
     pooling = probe["pooling"]
     key = f"{probe['layer']}__{pooling}"

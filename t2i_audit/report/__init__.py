@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..rundir import RunDir, atomic_write_json, atomic_write_text
+from ..rundir import RunDir, atomic_write_json, atomic_write_text, claim_output_dir, require_kind
 
 __all__ = ["render_report", "compare_runs", "update_summary_key"]
 
@@ -89,7 +89,9 @@ def render_report(run_dir, *, out_dir=None, progress: bool = True, scorer: str |
     t0 = time.perf_counter()
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     data = load_run(rd, scorer)
-    out = Path(out_dir) if out_dir is not None else rd.report_dir
+    require_kind(rd.root, "run")  # summary.json and the manifest are written there too
+    # RUN/report is part of the run; a folder of the user's choice must be new, empty or a report
+    out = claim_output_dir(out_dir, "report") if out_dir is not None else rd.report_dir
     out.mkdir(parents=True, exist_ok=True)
     _log(progress, f"{len(data.prompts)} prompts, {len(data.images)} images, scorers: "
                    f"{', '.join(sorted(data.scorers)) or 'none'}")

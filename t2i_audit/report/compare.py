@@ -22,7 +22,7 @@ import pandas as pd
 from .. import analysis
 from .. import deciding as rule
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_json, atomic_write_text
+from ..rundir import RunDir, atomic_write_json, atomic_write_text, claim_output_dir
 from .html import render, static_assets
 from .tables import choose_scorer, decided_by_category, load_run, write_tables
 from .thumbs import Thumbs
@@ -91,8 +91,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
     shared_keys = sorted(set.intersection(*(set(k) for k in keyed)))
     if not shared_keys:
         raise AuditError("the runs share no prompt" + (" (matched by template and text)" if different else ""))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_output_dir(out_dir, "compare")  # never write over a folder that is not a comparison
 
     # paired images: (key, sample) with a verdict in every run
     pairs = []

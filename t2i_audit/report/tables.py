@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..csvsafe import to_csv
 from ..errors import AuditError, did_you_mean
 from ..rundir import RunDir, atomic_write_bytes, read_jsonl
 
@@ -229,5 +230,6 @@ def write_tables(df: pd.DataFrame, out_dir: Path, stem: str) -> dict:
     buf = io.BytesIO()
     out.to_parquet(buf, index=False)
     atomic_write_bytes(Path(out_dir) / f"{stem}.parquet", buf.getvalue())
-    atomic_write_bytes(Path(out_dir) / f"{stem}.csv", out.to_csv(index=False).encode())
+    # texts from users' files: a cell never starts a spreadsheet formula (t2i_audit.csvsafe)
+    atomic_write_bytes(Path(out_dir) / f"{stem}.csv", to_csv(out).encode())
     return {"parquet": f"{stem}.parquet", "csv": f"{stem}.csv", "rows": len(out)}

@@ -1,8 +1,9 @@
 """Thumbnails keyed by image sha256: made once, reused by every re-render.
 
 ``<out>/thumbs/<sha[:2]>/<sha>.jpg``. A thumbnail whose file exists is never remade (its
-name is the content hash of the source, so it cannot be stale); thumbnails no longer
-referenced are pruned after a render.
+name is the content hash of the source, so it cannot be stale). ``thumbs/index.json`` lists the
+thumbnails this tool made there; after a render, those no longer referenced are pruned — only
+those: a file the index does not name is never deleted, whatever its name.
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
-from ..rundir import file_mode
+from ..rundir import atomic_write_json, file_mode
 
 THUMB_PX = 160
+_SHA = re.compile(r"[0-9a-f]{64}")
 
 
 def thumb_rel(sha: str) -> str:
@@ -69,10 +73,11 @@ class Thumbs:
         self.made = 0
         self.reused = 0
         self.missing = 0
+        self.made_now: set[str] = set()
 
     def ensure(self, image_path: Path, sha: str | None) -> str | None:
         image_path = Path(image_path)
-        if not sha:
+        if not sha or not _SHA.fullmatch(str(sha)):  # a record's sha names a file: hex only
             if not image_path.exists():
                 self.missing += 1
                 return None
@@ -89,20 +94,34 @@ class Thumbs:
                     self.missing += 1
                     return None
                 self.made += 1
+                self.made_now.add(rel)
             else:
                 self.missing += 1
                 return None
             self.used.add(rel)
         return rel
 
+    @property
+    def index_path(self) -> Path:
+        return self.out_dir / "thumbs" / "index.json"
+
+    def _made_before(self) -> set[str]:
+        try:
+            names = json.loads(self.index_path.read_text())
+        except (OSError, ValueError, RecursionError):
+            return set()  # no index (or a damaged one): nothing is known to be ours
+        ok = isinstance(names, list)  # only names of thumbnails, never a path elsewhere
+        return {n for n in names if isinstance(n, str) and _SHA.fullmatch(n[10:-4]) and n == thumb_rel(n[10:-4])} if ok else set()
+
     def prune(self) -> int:
-        """Delete thumbnails this render did not use; returns how many."""
-        root = self.out_dir / "thumbs"
-        if not root.is_dir():
-            return 0
+        """Delete the thumbnails this tool made that this render did not use; returns how many."""
+        ours = self._made_before() | self.made_now
         gone = 0
-        for f in root.glob("*/*.jpg"):
-            if f"thumbs/{f.parent.name}/{f.name}" not in self.used:
-                f.unlink()
+        for rel in sorted(ours - self.used):
+            with contextlib.suppress(FileNotFoundError):
+                (self.out_dir / rel).unlink()
                 gone += 1
+        kept = sorted(ours & self.used)
+        if kept or self.index_path.exists():
+            atomic_write_json(self.index_path, kept)
         return gone

@@ -21,28 +21,7 @@ from .registry import create_scorer, get_card, load_cards  # noqa: F401
 if TYPE_CHECKING:
     from ..rundir import RunDir
 
-# Defaults per category follow published agreement with people (README "Scorers"): detection for
-# counts and positions (GenEval: its detector rules agree with human judgement), a VLM judge for
-# attributes, bindings, relations and actions (VQAScore, GenEval 2's Soft-TIFA beat CLIPScore and
-# detection there). CLIP stays registered (`--scorer clip`) but is never a default.
-VLM_JUDGE = "qwen3-vl-8b"
-DETECTOR = "geneval"
-DETECTOR_FALLBACK = "detect-owlv2"  # the same GenEval rules on OWLv2 boxes, while no geneval card exists
-# tiny model cards (random weights, offline) default to the tiny scorers of the same kinds
-TINY_VLM_JUDGE = "tiny-qwen3-vl"
-TINY_DETECTOR = "tiny-detect"
-
-
-def category_default(category: str, cards: dict | None = None, *, tiny: bool = False) -> str:
-    """The default scorer for one prompt category (see :mod:`t2i_audit.deciding` for the aspects)."""
-    from ..deciding import is_detection_category
-
-    if not is_detection_category(category):
-        return TINY_VLM_JUDGE if tiny else VLM_JUDGE
-    if tiny:
-        return TINY_DETECTOR
-    cards = load_cards() if cards is None else cards
-    return DETECTOR if DETECTOR in cards else DETECTOR_FALLBACK
+from ..deciding import category_default  # noqa: F401,E402  (re-exported: one place picks scorers)
 
 
 def list_scorers(extra_cards: Iterable[str] = ()) -> list[dict]:

@@ -111,7 +111,7 @@ class Scorer:
         cfg = dict(self.model_cfg if cfg is None else cfg)
         mid = str(cfg.get("id", ""))
         if mid.startswith("tiny:"):
-            from .tiny import materialize
+            from ..tiny.scorers import materialize
 
             cfg = {**cfg, **materialize(mid[5:])}
         return cfg

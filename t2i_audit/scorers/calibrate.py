@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..csvsafe import to_csv
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, atomic_write_text, read_jsonl
 
@@ -237,5 +238,5 @@ def export_sheet(run_dir: RunDir | str | Path, out: Path | str, *, per: str = "b
                              "question": q["text"], "label": ""})
     df = pd.DataFrame(rows, columns=["prompt_id", "sample", "image", "image_path", "category", "prompt",
                                      "question_id", "kind", "question", "label"])
-    atomic_write_text(Path(out), df.to_csv(index=False))
+    atomic_write_text(Path(out), to_csv(df))  # prompt texts: never a formula in a spreadsheet
     return len(df)

@@ -2,7 +2,7 @@
 for the tiny offline test models.
 
 Real checkpoints bring their own template (``chat_template.json`` on the hub, read by
-``AutoProcessor``); the tiny models built in :mod:`t2i_audit.scorers.tiny` are given these copies
+``AutoProcessor``); the tiny models built in :mod:`t2i_audit.tiny.scorers` are given these copies
 so the scorer runs through the same template code path offline.
 
 * ``QWEN2_VL``: ``chat_template.json`` of Qwen/Qwen2-VL-7B-Instruct, identical in

@@ -13,7 +13,7 @@ from ..errors import AuditError
 
 def parse_sets(sets: List[str] | None, models: List[str] | None = None) -> dict:
     """``--set clip.thresholds.margin=0.05`` and ``--model clip=/path`` → overrides per scorer."""
-    import yaml
+    from ..safeload import load_yaml_text
 
     out: dict = {}
     for item in sets or []:
@@ -24,7 +24,7 @@ def parse_sets(sets: List[str] | None, models: List[str] | None = None) -> dict:
         node = out.setdefault(parts[0], {})
         for p in parts[1:-1]:
             node = node.setdefault(p, {})
-        node[parts[-1]] = yaml.safe_load(raw)
+        node[parts[-1]] = load_yaml_text(raw, f"--set {item!r}")
     for item in models or []:
         name, eq, path = item.partition("=")
         if not eq or not name or not path:

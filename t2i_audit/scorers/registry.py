@@ -21,9 +21,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
-
 from ..errors import AuditError, did_you_mean
+from ..safeload import load_yaml
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CARDS_DIR = PACKAGE_DIR / "cards" / "scorers"
@@ -71,10 +70,7 @@ def load_card_file(path: Path | str) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise AuditError(f"{path}: scorer card file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise AuditError(f"{path}: invalid YAML ({e})") from None
+    data = load_yaml(path)
     if data is None:
         return []
     items = data["scorers"] if isinstance(data, Mapping) and "scorers" in data else data

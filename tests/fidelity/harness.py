@@ -8,14 +8,17 @@ is actually given, read off the installed diffusers 0.42 pipelines:
   (pipeline_stable_diffusion_3.py ``encode_prompt``); FLUX / PixArt-Σ: the T5 output.
 * ``pooled``: encoder → (denoiser kwarg, column slice) of the pooled vector the denoiser gets
   (SDXL ``added_cond_kwargs["text_embeds"]``; SD3 / FLUX ``pooled_projections``).
+* ``streams``: encoder → (denoiser kwarg, row slice, column slice) for per-token states the denoiser gets in
+  another kwarg than ``encoder_hidden_states`` (HunyuanImage's ByT5: ``encoder_hidden_states_2``).
+* ``drop_prefix`` / ``drop_rows`` / ``select_rows``: per encoder, as the pipeline cuts only that encoder's rows.
 
-A new family plugs in with one entry here (and its tiny card in t2i_audit/tiny.py).
+A new family plugs in with one entry here (and its tiny card in t2i_audit/tiny/).
 """
 
 from __future__ import annotations
 
 ALL = slice(None)
-TINY_CLIP = 32  # hidden size and projection of the tiny CLIP encoders (t2i_audit/tiny.py)
+TINY_CLIP = 32  # hidden size and projection of the tiny CLIP encoders (t2i_audit/tiny/)
 
 FAMILIES = {
     "tiny-sd": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
@@ -34,21 +37,24 @@ FAMILIES = {
     "tiny-pixart": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
     # pipeline_qwenimage.py _get_qwen_prompt_embeds: rows 34.. of hidden_states[-1] (the template prefix
     # dropped), real tokens only, zero-padded: see as_denoiser_sees
-    "tiny-qwen-image": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "drop_prefix": 34},
+    "tiny-qwen-image": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "drop_prefix": {"text_encoder": 34}},
     # pipeline_sana.py encode_prompt: select_index = [0] + range(-max_sequence_length + 1, 0) of the Gemma 2
     # output (padding kept; the mask goes to the transformer): see as_denoiser_sees
-    "tiny-sana": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "select_rows": (1, 300 - 1),
+    "tiny-sana": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "select_rows": {"text_encoder": (1, 300 - 1)},
                   # SanaPipeline.check_inputs: height and width divisible by 32 (the real DC-AE's factor)
                   "run": {"size": 64}},
     # pipeline_sana_sprint.py encode_prompt: Sana's select_index (copied from SanaPipeline); one transformer call a
     # step, no CFG halves; check_inputs: height and width divisible by 32
-    "tiny-sana-sprint": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "select_rows": (1, 300 - 1),
+    "tiny-sana-sprint": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {},
+                         "select_rows": {"text_encoder": (1, 300 - 1)},
                          "run": {"size": 64},
                          # __call__ loops over timesteps[:-1]: SCMScheduler's schedule ends with the terminal 0
                          "loop_timesteps": -1},
     # pipeline_hunyuanimage.py _get_qwen_prompt_embeds: hidden_states[-3][:, 34:] of all tokenizer_max_length (1000)
-    # rows, padding rows kept (the mask goes beside them); the guider calls the transformer with the cond batch first
-    "tiny-hunyuan-image": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "drop_rows": 34},
+    # rows, padding rows kept (the mask goes beside them); the guider calls the transformer with the cond batch first.
+    # _get_byt5_prompt_embeds: ByT5's 128 rows (zeros for a prompt without quoted text) -> encoder_hidden_states_2
+    "tiny-hunyuan-image": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}, "drop_rows": {"text_encoder": 34},
+                           "streams": {"text_encoder_2": ("encoder_hidden_states_2", ALL, ALL)}},
     # pipeline_cogview4.py _get_glm_embeds: hidden_states[-2] of every row, left padding (the tokenizer's and the
     # pipeline's own, to a multiple of 16) included, no mask
     "tiny-cogview4": {"states": {"text_encoder": (ALL, ALL)}, "pooled": {}},
@@ -72,7 +78,7 @@ FAMILIES = {
                                 "text_encoder_2": ("pooled_embeds", slice(32, 64))}},
     # pipeline_kandinsky_t2i.py _encode_prompt_qwen: hidden_states[-1] from row 40 on, padding rows KEPT (no mask);
     # CLIP pooler_output = pooled_projections
-    "tiny-kandinsky5": {"states": {"text_encoder": (ALL, ALL)}, "drop_rows": 40,
+    "tiny-kandinsky5": {"states": {"text_encoder": (ALL, ALL)}, "drop_rows": {"text_encoder": 40},
                         "pooled": {"text_encoder_2": ("pooled_projections", ALL)}},
 }
 
@@ -82,17 +88,17 @@ PROMPTS = ["a red cube to the left of a blue sphere", "Three GREEN dogs and a pu
 def as_denoiser_sees(family: str, call, states):
     """Our encoder states laid out as the denoiser receives them: unchanged, or (``drop_prefix``) without
     the template's first rows and with zeros where the tokenizer padded (Qwen-Image re-pads with zeros)."""
-    spec = FAMILIES[family]
+    spec, enc = FAMILIES[family], call.encoder
     if spec.get("real_only"):  # Z-Image: each prompt's real rows, zero-padded to the longest
         from torch.nn.utils.rnn import pad_sequence
 
         return pad_sequence([s[r.to(s.device)] for s, r in zip(states, call.real)], batch_first=True)
-    if spec.get("drop_rows"):  # Kandinsky 5: the template's first rows dropped, padding rows kept as they are
-        return states[:, spec["drop_rows"]:]
-    if spec.get("select_rows"):  # Sana: the first rows and the last ones, padding included
-        first, last = spec["select_rows"]
+    if enc in spec.get("drop_rows", {}):  # Kandinsky 5: the template's first rows dropped, padding rows kept
+        return states[:, spec["drop_rows"][enc]:]
+    if enc in spec.get("select_rows", {}):  # Sana: the first rows and the last ones, padding included
+        first, last = spec["select_rows"][enc]
         return states[:, list(range(first)) + list(range(states.shape[1] - last, states.shape[1]))]
-    k = spec.get("drop_prefix", 0)
+    k = spec.get("drop_prefix", {}).get(enc, 0)
     if not k:
         return states
     return states[:, k:] * call.real[:, k:].to(states.device, states.dtype)[..., None]
@@ -138,6 +144,8 @@ def denoiser_inputs(pipe, texts, call: dict | None = None) -> dict:
 
         states = pad_sequence(list(got["_args"][2][:n]), batch_first=True)
     out = {"encoder_hidden_states": half(states)}
+    if "encoder_hidden_states_2" in got:  # HunyuanImage: ByT5's states
+        out["encoder_hidden_states_2"] = half(got["encoder_hidden_states_2"])
     if "pooled_projections" in got:
         out["pooled_projections"] = half(got["pooled_projections"])
     if (got.get("added_cond_kwargs") or {}).get("text_embeds") is not None:  # SDXL (PixArt passes others)

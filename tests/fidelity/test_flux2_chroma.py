@@ -161,7 +161,7 @@ def test_calls_per_step_are_labelled(name, guidance, labels):
 def test_recording_proxy_records_a_tokenizing_chat_template_as_the_tokenizer_call():
     """A plain tokenizer's apply_chat_template (transformers 5: return_dict defaults to True) is recorded as
     the tokenizer call on the rendered text that gives the same ids; a text-only render records nothing."""
-    from t2i_audit.tiny_tokenizers import qwen3_tokenizer
+    from t2i_audit.tiny.tokenizers import qwen3_tokenizer
 
     tok = qwen3_tokenizer()
     proxy = PT._RecordingTokenizer(tok)

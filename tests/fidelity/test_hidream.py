@@ -8,11 +8,15 @@ transformer (transformer_hidream_image.py ``forward``) hands block i the entry `
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
 
+from t2i_audit.errors import AuditError
 from t2i_audit.generate import load_pipeline
-from t2i_audit.models import resolve_model
+from t2i_audit.models import ModelCard, resolve_model
 from t2i_audit.probes import pipeline_text as PT
 from t2i_audit.probes.denoiser import run_hooked
 
@@ -86,3 +90,37 @@ def test_hooked_tensors_are_the_image_tokens_of_the_rescaled_latent(hidream, siz
     cond = seen[0][1:2]  # CFG batches [uncond, cond]
     torch.testing.assert_close(torch.as_tensor(out["single00__t000-cond"]), cond[:, :tokens].mean(1))
     assert not torch.allclose(torch.as_tensor(out["single00__t000-cond"]), cond.mean(1), atol=1e-4)
+
+
+def test_card_components_supply_the_llama_the_repo_does_not_ship(hidream, tmp_path):
+    """The HiDream-ai repos ship no tokenizer_4 / text_encoder_4 (null here in model_index.json): loading fails
+    without them, and the card's `components` (a local tiny Llama folder standing in for meta-llama's repo) are
+    loaded and passed to from_pretrained by load_pipeline and load_text_pipeline, with the same numbers."""
+    card, pipe, _, _ = hidream
+    folder, llama = tmp_path / "hidream", tmp_path / "llama"
+    shutil.copytree(card.pretrained_path(), folder)
+    llama.mkdir()
+    for sub in ("text_encoder_4", "tokenizer_4"):  # one folder holding both, as meta-llama/Meta-Llama-3.1-8B-Instruct
+        for f in (folder / sub).iterdir():
+            shutil.move(str(f), llama / f.name)
+        (folder / sub).rmdir()
+    index = json.loads((folder / "model_index.json").read_text())
+    index["text_encoder_4"] = index["tokenizer_4"] = [None, None]
+    (folder / "model_index.json").write_text(json.dumps(index))
+
+    bare = ModelCard(name="hidream-no-llama", local=str(folder))
+    with pytest.raises(AuditError, match="text_encoder_4"):
+        load_pipeline(bare, "cpu", "float32")
+    comps = {"tokenizer_4": {"repo": str(llama), "class": "AutoTokenizer"},
+             "text_encoder_4": {"repo": str(llama), "class": "LlamaForCausalLM"}}
+    with_llama = ModelCard(name="hidream-with-llama", local=str(folder), components=comps)
+    assert [e["name"] for e in bare.text_encoders] == ["text_encoder", "text_encoder_2", "text_encoder_3"]
+    assert with_llama.text_encoders[-1] == {"name": "text_encoder_4", "tokenizer": "tokenizer_4", "kind": "llama"}
+    loaded = load_pipeline(with_llama, "cpu", "float32")
+    assert type(loaded.text_encoder_4).__name__ == "LlamaForCausalLM"
+    ours, ref = denoiser_inputs(loaded, PROMPTS), denoiser_inputs(pipe, PROMPTS)
+    torch.testing.assert_close(ours["encoder_hidden_states_llama3"], ref["encoder_hidden_states_llama3"])
+    text_pipe = PT.load_text_pipeline(str(folder), components=with_llama.load_components(text_only=True))
+    assert PT.text_components(text_pipe)[-1] == "text_encoder_4"
+    call = {c.encoder: c for c in PT.capture_encoder_calls(text_pipe, PROMPTS)[0]}["text_encoder_4"]
+    torch.testing.assert_close(PT.layer_tensors(call)["h02"], ref["encoder_hidden_states_llama3"][-1])

@@ -14,7 +14,7 @@ from t2i_audit.generate import load_pipeline
 from t2i_audit.models import resolve_model
 from t2i_audit.probes import pipeline_text as PT
 from t2i_audit.probes.denoiser import run_hooked
-from t2i_audit.tiny_tokenizers import _KANDINSKY5_TEMPLATE
+from t2i_audit.tiny.tokenizers import _KANDINSKY5_TEMPLATE
 
 from .harness import FAMILIES, PROMPTS
 
@@ -35,10 +35,25 @@ def test_tiny_tokenizer_drops_the_same_prefix_as_the_real_one(kandinsky):
     _, pipe, calls, _ = kandinsky
     assert pipe.prompt_template == _KANDINSKY5_TEMPLATE
     k = pipe.prompt_template_encode_start_idx
-    assert k == FAMILIES[KANDINSKY]["drop_rows"] == 40
-    assert len(pipe.tokenizer(pipe.prompt_template.split("{}")[0])["input_ids"]) == k
+    assert k == FAMILIES[KANDINSKY]["drop_rows"]["text_encoder"] == 40
+    assert len(pipe.tokenizer(text=pipe.prompt_template.split("{}")[0])["input_ids"][0]) == k
     call = calls["text_encoder"]
     assert call.seen_texts[0] == pipe.prompt_template.format(PROMPTS[0]) and not call.real[:, :k].any()
+
+
+def test_the_qwen_processor_pads_right_as_the_pipeline_assumes(kandinsky):
+    """_encode_prompt_qwen cuts [:, 40:] of every row and reads cu_seqlens off the mask as each row's leading
+    rows: it assumes right padding (so do the authors, ai-forever/Kandinsky-5 kandinsky/models/text_embedders.py
+    ``[:, crop_start:]``). The tokenizer component is a Qwen2VLProcessor, whose tokenizer's padding_side decides
+    (Qwen2.5-VL-7B-Instruct's: right). The tiny has the same kind: after the cut, each row starts with its prompt."""
+    _, pipe, calls, _ = kandinsky
+    assert type(pipe.tokenizer).__name__ == "Qwen2VLProcessor" and pipe.tokenizer.tokenizer.padding_side == "right"
+    call, k = calls["text_encoder"], pipe.prompt_template_encode_start_idx
+    for b, text in enumerate(PROMPTS):
+        n = int(call.real[b].sum())
+        assert call.real[b, k:k + n].all() and pipe.tokenizer.tokenizer.decode(call.input_ids[b, k:k + n]) == (
+            f"{text}<|im_end|>")
+    assert call.offsets is not None  # the processor's own tokenizer gives the slot offsets
 
 
 def test_padding_rows_reach_the_denoiser_unmasked(kandinsky):

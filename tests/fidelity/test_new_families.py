@@ -15,7 +15,7 @@ from t2i_audit.generate import load_pipeline
 from t2i_audit.models import resolve_model
 from t2i_audit.probes import pipeline_text as PT
 from t2i_audit.probes.denoiser import run_hooked
-from t2i_audit.tiny_tokenizers import _QWEN_TEMPLATE
+from t2i_audit.tiny.tokenizers import _QWEN_TEMPLATE
 
 from .harness import FAMILIES, PROMPTS
 
@@ -37,7 +37,7 @@ def test_tiny_tokenizer_drops_the_same_prefix_as_the_real_one(qwen):
     _, pipe, call, _ = qwen
     assert pipe.prompt_template_encode == _QWEN_TEMPLATE
     k = pipe.prompt_template_encode_start_idx
-    assert k == FAMILIES[QWEN]["drop_prefix"] == 34
+    assert k == FAMILIES[QWEN]["drop_prefix"]["text_encoder"] == 34
     prefix = pipe.prompt_template_encode.split("{}")[0]
     assert len(pipe.tokenizer(prefix)["input_ids"]) == k
     assert type(pipe.tokenizer).__name__ == "Qwen2Tokenizer"
@@ -158,7 +158,7 @@ def test_sana_hooked_tensor_is_the_image_stream(size):
 
 def test_tiny_tokenizers_build_deterministically(qwen, sana):
     """Trained in-process: a second build gives the same vocabulary as the one saved in the tiny folder."""
-    from t2i_audit.tiny_tokenizers import gemma_tokenizer, qwen_tokenizer
+    from t2i_audit.tiny.tokenizers import gemma_tokenizer, qwen_tokenizer
 
     assert qwen_tokenizer().get_vocab() == qwen[1].tokenizer.get_vocab()
     assert gemma_tokenizer().get_vocab() == sana[1].tokenizer.get_vocab()

@@ -261,7 +261,7 @@ def test_detect_colour_classifier_gets_the_tag_activation(tagged_tiny_clip):
 
 def test_yes_no_ids_bert_wordpiece():
     """BLIP-VQA: bert-base-uncased WordPiece; "Yes" lower-cases to the "yes" id (counted once)."""
-    from t2i_audit.scorers.tiny import bert_tokenizer
+    from t2i_audit.tiny.scorers import bert_tokenizer
     from t2i_audit.scorers.vqa import YesNoScorer
 
     tok = bert_tokenizer(extra=["##s"])

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from t2i_audit.families import pipeline_family
 from t2i_audit.models import resolve_model
 from t2i_audit.probes import pipeline_text as PT
 from t2i_audit.probes.activations import extract_text_activations, load_activations, load_array
@@ -65,22 +66,33 @@ def test_pooled_vector_equals_the_denoiser_input(family_data, family):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_stored_arrays_equal_pooled_denoiser_input(family_data, family, tmp_path):
     """The float16 arrays on disk (eos, mean) at the conditioning layer = the denoiser's conditioning
-    pooled over the real tokens — the number every probe is fitted on."""
+    pooled over the real tokens — the number every probe is fitted on. A batch-dependent family
+    (CogView 4) is generated and encoded one prompt at a time, so its reference is each prompt alone."""
     card, encoder, calls, ref = family_data(family)
     prompts = [{"id": f"p{i}", "text": t, "spans": {}} for i, t in enumerate(PROMPTS)]
     metas = extract_text_activations(prompts, tmp_path, family, layers="conditioning", progress=False)
+    alone = (pipeline_family(card.pipeline) or {}).get("batch_dependent")
     for enc, (rows, cols) in FAMILIES[family]["states"].items():
         meta, ids = load_activations(tmp_path / enc)
         assert ids == ["p0", "p1"] and meta == metas[enc]
         layer = meta["conditioning_layer"]
         assert meta["layers"] == [layer]
-        theirs = ref["encoder_hidden_states"][:, rows, cols].float().numpy()
-        rows = real_rows(family, calls[enc])  # left padding (CogView4) puts the real tokens last
         for b in range(len(PROMPTS)):
+            ref_b, calls_b, i = (*_alone_reference(card, PROMPTS[b]), 0) if alone else (ref, calls, b)
+            theirs = ref_b["encoder_hidden_states"][:, rows, cols].float().numpy()[i]
+            real = real_rows(family, calls_b[enc])[i].numpy()  # left padding (CogView4) puts the real tokens last
             eos = load_array(tmp_path / enc, f"{layer}__eos")[b].astype(np.float32)
             mean = load_array(tmp_path / enc, f"{layer}__mean")[b].astype(np.float32)
-            np.testing.assert_allclose(eos, theirs[b][rows[b].numpy()][-1], rtol=2e-3, atol=2e-3)
-            np.testing.assert_allclose(mean, theirs[b][rows[b].numpy()].mean(0), rtol=2e-3, atol=2e-3)
+            np.testing.assert_allclose(eos, theirs[real][-1], rtol=2e-3, atol=2e-3)
+            np.testing.assert_allclose(mean, theirs[real].mean(0), rtol=2e-3, atol=2e-3)
+
+
+def _alone_reference(card, text):
+    from t2i_audit.generate import load_pipeline
+
+    ref = denoiser_inputs(load_pipeline(card, "cpu", "float32"), [text], card.call)
+    calls, _ = PT.capture_encoder_calls(PT.load_text_pipeline(card.pretrained_path()), [text], card.call)
+    return ref, {c.encoder: c for c in calls}
 
 
 def test_t5_runs_as_each_pipeline_runs_it(family_data):

@@ -193,7 +193,7 @@ def test_color_classifier_is_clip_benchmark_zero_shot_on_open_clip(tmp_path):
     import torch.nn.functional as F
 
     from t2i_audit.scorers.clip_models import load_clip
-    from t2i_audit.scorers.tiny import materialize
+    from t2i_audit.tiny.scorers import materialize
 
     clip = load_clip(materialize("open_clip"))
     w = color_classifier(clip, "cup")
@@ -283,7 +283,7 @@ def test_non_coco_checkpoint_is_refused(tmp_path):
     from transformers import Mask2FormerConfig, Mask2FormerForUniversalSegmentation
 
     from t2i_audit.errors import AuditError
-    from t2i_audit.scorers.tiny import materialize
+    from t2i_audit.tiny.scorers import materialize
 
     folder = materialize("mask2former")["id"]
     cfg = Mask2FormerConfig.from_pretrained(folder)

@@ -300,7 +300,7 @@ def test_tiny_qwen3_vl_end_to_end(tmp_path):
 
 
 def _tiny_llava_vqascore(**options):
-    from t2i_audit.scorers.tiny import materialize
+    from t2i_audit.tiny.scorers import materialize
 
     over = {"model": materialize("llava")}
     if options:

@@ -204,3 +204,67 @@ def test_broken_jsonl_and_activations_are_reported(run, tmp_path):
 def test_not_a_run_directory_is_a_usage_error(tmp_path):
     r = verify_cli(tmp_path)
     assert r.returncode == 2 and "not a run directory (no prompts.jsonl)" in r.stderr
+
+
+# --- what a rerun depends on, verify sees (issue 20, items 9-13) -------------------------------------
+
+def categories(root) -> dict:
+    result = verify_run(root)
+    return {p["category"]: p["problem"] for p in result["problems"]}
+
+
+def test_duplicated_records_are_reported(run):
+    line = next(x for x in run.scores("yes").read_text().split("\n") if '"kind":"question"' in x)
+    forged = json.loads(line)
+    forged.update(verdict=not forged["verdict"], value=0.99)
+    with run.scores("yes").open("a") as f:
+        f.write(json.dumps(forged) + "\n")
+    assert "appear more than once" in categories(run.root)["records"]
+    with run.images.open("a") as f:
+        f.write(run.images.read_text().split("\n")[0] + "\n")
+    problems = [p for p in verify_run(run.root)["problems"] if p["category"] == "records"]
+    assert {p["path"] for p in problems} == {"images.jsonl", "scores/yes.jsonl"}
+
+
+def test_stray_score_file_and_png_are_reported(run):
+    shutil.copy(run.scores("yes"), run.scores_dir / "evil.jsonl")
+    Image.new("RGB", (32, 32)).save(run.root / "images" / "extra.png")
+    problems = {p["path"]: p["problem"] for p in verify_run(run.root)["problems"] if p["category"] == "stray"}
+    assert set(problems) == {"scores/evil.jsonl", "images/extra.png"}
+    assert "no score stage of this run wrote it" in problems["scores/evil.jsonl"]
+
+
+def test_unfinished_generation_is_reported(run):
+    run.update_stage("generate", status="running")  # what a kill leaves
+    images = run.images.read_text().split("\n")
+    run.images.write_text(images[0] + "\n")
+    assert "stage generate is unfinished (status running: 1 of 2 images)" in categories(run.root)["stages"]
+
+
+def test_altered_activation_bytes_are_seen_and_extracted_again(run):
+    from t2i_audit.probes.denoiser import extract_denoiser_activations
+
+    meta = extract_denoiser_activations(run, "tiny-sd", timesteps=[-1], progress=False)
+    assert verify_run(run.root)["ok"] and set(meta["sha256"]) == set(meta["arrays"])
+    path = run.activations_dir / "denoiser" / f"{meta['arrays'][0]}.npy"
+    good = path.read_bytes()
+    data = bytearray(good)
+    data[-3] ^= 0xFF  # a flipped byte in the data: the array still loads with the right shape
+    path.write_bytes(bytes(data))
+    assert "sha256 differs" in categories(run.root)["activations"]
+    extract_denoiser_activations(run, "tiny-sd", timesteps=[-1], progress=False)
+    assert path.read_bytes() == good and verify_run(run.root)["ok"]
+
+
+def test_a_moved_run_is_repaired_where_it_now_is(repo_root, run, tmp_path):
+    moved = RunDir(shutil.move(str(run.root), str(tmp_path / "moved")))
+    rec = first_image(moved)
+    original = (moved.root / rec["path"]).read_bytes()
+    (moved.root / rec["path"]).write_bytes(original[:30])
+    r = verify_cli(moved.root)
+    assert f"t2i-audit run --config {moved.root}/run.yaml --out {moved.root}" in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, "-m", "t2i_audit", "run", "--config", str(moved.root / "run.yaml"),
+                        "--out", str(moved.root), "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (moved.root / rec["path"]).read_bytes() == original
+    assert not run.root.exists()  # nothing was written to the run.yaml's old out: path

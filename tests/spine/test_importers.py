@@ -79,7 +79,11 @@ def test_t2i_compbench_grammar_and_unparsed_lines():
     assert spatial[1]["questions"][-1]["text"] == "Is the lamp on the top of the suitcase?"
     assert spatial[2]["relations"][0]["name"] == "next to" and not spatial[3]["parsed"]
     num = import_prompts(FIX / "numeracy_val.txt", "t2i-compbench")
-    assert [r["parsed"] for r in num] == [True, True, True, False]
+    assert [r["parsed"] for r in num] == [True, True, True, True, False]
+    # a counted subject with a verb phrase: the counts, and what the verb relates
+    qs = [(q["kind"], q["text"]) for q in num[3]["questions"]]
+    assert ("count", "Are there exactly 5 kites?") in qs and qs[-1] == ("relation", "Are the kites drifting over the beach?")
+    assert num[4]["parse_reason"] == "no rule for the word 'quietly'"
     objs = [(o["name"], o["plural"], o["count"]) for o in num[2]["objects"]]
     assert objs == [("lamp", "lamps", 1), ("sheep", "sheep", 2), ("knife", "knives", 4)]
     assert [q["text"] for q in num[1]["questions"] if q["kind"] == "count"] == [
@@ -101,15 +105,16 @@ def test_t2i_category_from_name_or_option(tmp_path):
 
 def test_t2i_vocabulary_extends_with_a_suite(tmp_path):
     f = tmp_path / "texture_val.txt"
-    f.write_text("a fabric towel and a glass table\n")
-    assert not import_prompts(f, "t2i-compbench")[0]["parsed"]  # "fabric" is in no shipped suite
+    f.write_text("a tweed towel and a glass table\n")
+    # "tweed" is in no vocabulary: a noun, so the object is a "tweed towel" of no texture
+    assert import_prompts(f, "t2i-compbench")[0]["bindings"] == [["texture", "glass", "table"]]
     vocab = tmp_path / "extra.yaml"
     vocab.write_text("suite: extra\nversion: 1\nconcepts:\n  objects: {family: object, values: [towel]}\n"
-                     "  textures: {family: texture, values: [fabric]}\ntemplates:\n  - name: t\n"
+                     "  textures: {family: texture, values: [tweed]}\ntemplates:\n  - name: t\n"
                      "    category: texture\n    text: '{t1} {o1}'\n    slots: {t1: textures, o1: objects}\n"
                      "    expect: {objects: [{id: o1, texture: t1}]}\n")
     (r,) = import_prompts(f, "t2i-compbench", vocab_files=[str(vocab)])
-    assert r["parsed"] and r["bindings"] == [["texture", "fabric", "towel"], ["texture", "glass", "table"]]
+    assert r["parsed"] and r["bindings"] == [["texture", "tweed", "towel"], ["texture", "glass", "table"]]
 
 
 def test_dpg_groups_rows_with_dependencies():
@@ -159,7 +164,7 @@ def test_cli_import_then_run_loads_the_jsonl(tmp_path, repo_root):
                                  "--out", str(out)])
     assert r.exit_code == 0, r.output
     assert "ok  t2i-compbench/numeracy" in r.output
-    assert "4 prompts: 3 parsed, 1 not parsed (whole-prompt question only)" in r.output
+    assert "5 prompts: 4 parsed, 1 not parsed (whole-prompt question only)" in r.output
     first = out.read_bytes()
     CliRunner().invoke(app, ["prompts", "import", str(FIX / "numeracy_val.txt"), "-f", "t2i-compbench", "-o", str(out)])
     assert out.read_bytes() == first  # deterministic output

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..tiny_tokenizers import llama3_tokenizer
+from ..tokenizers import llama3_tokenizer
 
 CARDS = {
     "tiny-hidream": {
@@ -66,4 +66,4 @@ BUILDERS = {"hidream": build}
 
 # Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
 # BUILDERS must exist by then), and these helpers are only used inside the builders.
-from ..tiny import _clip_config, _seeded, _t5_encoder, _vae, clip_tokenizer, t5_tokenizer  # noqa: E402
+from .. import _clip_config, _seeded, _t5_encoder, _vae, clip_tokenizer, t5_tokenizer  # noqa: E402

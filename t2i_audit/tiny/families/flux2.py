@@ -11,7 +11,7 @@ choice and ``joint_attention_dim`` is 3 x the text width, as on the real models 
 from __future__ import annotations
 
 # qwen3_tokenizer: the Qwen3 kind shared with tiny-z-image (byte-level BPE + Qwen3's chat template)
-from ..tiny_tokenizers import MISTRAL_SPECIALS, mistral3_processor, qwen3_tokenizer
+from ..tokenizers import MISTRAL_SPECIALS, mistral3_processor, qwen3_tokenizer
 
 TEXT_WIDTH = 16  # hidden size of both tiny text encoders; the transformer gets 3 stacked layers = 48
 
@@ -106,4 +106,4 @@ BUILDERS = {"flux2": build_flux2, "flux2-klein": build_klein}
 
 # Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
 # BUILDERS must exist by then), and these helpers are only used inside the builders.
-from ..tiny import _seeded  # noqa: E402
+from .. import _seeded  # noqa: E402

@@ -8,13 +8,8 @@ from __future__ import annotations
 import inspect
 import json
 
+from . import clip_vocab_merges  # the package's CLIP BPE cut (tiny/__init__.py)
 
-def clip_vocab_merges(*args, **kwargs):
-    """t2i_audit.tiny's, imported on use: tiny imports the family modules, which import this module (a
-    top-level import made ``import t2i_audit.tiny_tokenizers`` fail when it came first: circular)."""
-    from .tiny import clip_vocab_merges as vocab_merges
-
-    return vocab_merges(*args, **kwargs)
 
 # the CLIP vocabulary's words plus the Qwen-Image chat template, so that the template's prefix is 34 tokens
 # exactly as with the real tokenizer (QwenImagePipeline drops prompt_template_encode_start_idx = 34 rows).

@@ -1,4 +1,10 @@
-"""Tiny random-weight diffusers pipelines, built offline from configs, for tests and the quickstart.
+"""The offline test twins, in one room: tiny random-weight pipelines and scorer models built from configs.
+
+Layout: this module (the first five pipeline families, shared component helpers, the registry and
+``materialize``); ``families/`` (one module per further pipeline family); ``tokenizers.py`` (LLM
+tokenizers of the right *kind*, built in memory); ``scorers.py`` (tiny CLIP / BLIP / VLM / detector
+scorer models). Product code imports from here only to build a ``tiny-*`` card; nothing here is
+imported by the real-model paths.
 
 Each card in ``TINY_MODELS`` mirrors the *shape* of a real family (SD 1.5, SDXL, SD3, FLUX, PixArt-Σ):
 the same pipeline class, the same text encoders and tokenizers, the same loading path. The
@@ -98,8 +104,8 @@ def fingerprint(name: str) -> str:
     """Short hash of this builder's source and the card: any change to either builds a new folder."""
     card = _card(name)
     h = hashlib.sha256(Path(__file__).read_bytes())
-    if card["family"] in _SOURCES:  # family modules share helpers (sana.gemma2_config, tiny_tokenizers): hash all
-        for src in sorted({*_SOURCES.values(), Path(__file__).with_name("tiny_tokenizers.py")}):
+    if card["family"] in _SOURCES:  # family modules share helpers (sana.gemma2_config, tokenizers.py): hash all
+        for src in sorted({*_SOURCES.values(), Path(__file__).with_name("tokenizers.py")}):
             h.update(src.read_bytes())
     h.update(json.dumps({"name": name, **card}, sort_keys=True).encode())
     return h.hexdigest()[:10]
@@ -159,7 +165,7 @@ def _write_info(folder: Path, name: str, card: dict, seconds: float) -> None:
 
 def clip_vocab_merges(n_merges: int = CLIP_MERGES) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """The CLIP BPE vocabulary truncated to the first ``n_merges`` merges (ids as in SD's tokenizer)."""
-    from .clip_bpe import BPE_PATH as bpe, bytes_to_unicode  # vendored: no open_clip needed
+    from ..clip_bpe import BPE_PATH as bpe, bytes_to_unicode  # vendored: no open_clip needed
 
     lines = gzip.open(bpe).read().decode("utf-8").split("\n")
     merges = [tuple(line.split()) for line in lines[1 : 1 + n_merges]]
@@ -406,12 +412,12 @@ _SOURCES: dict[str, Path] = {}  # family -> the module that builds it (part of t
 
 
 def _register_family_modules() -> None:
-    """Families of t2i_audit/tiny_families/*.py: each module has ``CARDS`` (tiny cards) and
+    """Families of t2i_audit/tiny/families/*.py: each module has ``CARDS`` (tiny cards) and
     ``BUILDERS`` (family -> builder), so a new family is a new file, never an edit here."""
     import importlib
     import pkgutil
 
-    from . import tiny_families
+    from . import families as tiny_families
 
     for info in sorted(pkgutil.iter_modules(tiny_families.__path__), key=lambda m: m.name):
         mod = importlib.import_module(f"{tiny_families.__name__}.{info.name}")

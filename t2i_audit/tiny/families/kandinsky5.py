@@ -1,8 +1,9 @@
-"""tiny-kandinsky5: Kandinsky5T2IPipeline with Qwen2.5-VL (chat template, 40 rows dropped) and CLIP (pooled)."""
+"""tiny-kandinsky5: Kandinsky5T2IPipeline with Qwen2.5-VL behind a Qwen2VLProcessor (chat template, 40 rows
+dropped) and CLIP (pooled)."""
 
 from __future__ import annotations
 
-from ..tiny_tokenizers import kandinsky5_qwen_tokenizer
+from ..tokenizers import kandinsky5_qwen_tokenizer
 
 CARDS = {
     "tiny-kandinsky5": {
@@ -23,7 +24,8 @@ def build(name: str) -> dict:
     # 128 x 128 whatever the size asked (4096 visual tokens: __call__'s rope positions assume patch 2); one visual
     # block, a small VAE without attention keep the tiny bearable (~1.5 s a step and prompt with CFG on 1 thread).
     from diffusers import FlowMatchEulerDiscreteScheduler, Kandinsky5Transformer3DModel
-    from transformers import CLIPTextModel, Qwen2_5_VLForConditionalGeneration
+    from transformers import (CLIPTextModel, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessor,
+                              Qwen2VLProcessor, Qwen2VLVideoProcessor)
 
     from .qwen_image import qwen2_5_vl_config  # imported here: family modules are registered while importing
 
@@ -35,7 +37,11 @@ def build(name: str) -> dict:
                                                  use_quant_conv=False, use_post_quant_conv=False,
                                                  force_upcast=True)),
         "text_encoder": _seeded(name, "text_encoder", lambda: Qwen2_5_VLForConditionalGeneration(qwen)),
-        "tokenizer": tok,
+        # the real tokenizer component is a Qwen2VLProcessor (pipeline_kandinsky_t2i.py __init__; diffusers'
+        # tests/pipelines/kandinsky5/test_kandinsky5_t2i.py uses AutoProcessor of a Qwen2-VL): the pipeline calls it as
+        # tokenizer(text=..., images=None, videos=None), and its tokenizer's padding_side decides where padding goes
+        "tokenizer": Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=tok,
+                                      video_processor=Qwen2VLVideoProcessor()),
         "text_encoder_2": _seeded(name, "text_encoder_2",
                                   lambda: CLIPTextModel(_clip_config(tok2, hidden=16, projection=16))),
         "tokenizer_2": tok2,
@@ -64,4 +70,4 @@ BUILDERS = {"kandinsky5": build}
 
 # Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
 # BUILDERS must exist by then), and these helpers are only used inside the builders.
-from ..tiny import _clip_config, _seeded, _vae, clip_tokenizer  # noqa: E402
+from .. import _clip_config, _seeded, _vae, clip_tokenizer  # noqa: E402

@@ -22,7 +22,7 @@ WORDS = ("a photo of an the is are there exactly to left right above below on to
 def clip_tokenizer(merges_n: int = 500):
     from transformers import CLIPTokenizer
 
-    from ..tiny import clip_vocab_merges
+    from . import clip_vocab_merges
 
     vocab, merges = clip_vocab_merges(merges_n)
     return CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77,
@@ -182,7 +182,7 @@ def qwen3_vl_model(folder: Path) -> dict:
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-    from .chat_templates import QWEN3_VL
+    from ..scorers.chat_templates import QWEN3_VL
 
     return _qwen_vl(folder, Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor,
                     Qwen3VLVideoProcessor, QWEN3_VL,
@@ -196,7 +196,7 @@ def qwen2_5_vl_model(folder: Path) -> dict:
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
-    from .chat_templates import QWEN2_VL
+    from ..scorers.chat_templates import QWEN2_VL
 
     return _qwen_vl(folder, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor,
                     Qwen2VLVideoProcessor, QWEN2_VL,
@@ -234,7 +234,7 @@ def internvl_model(folder: Path) -> dict:
                               InternVLProcessor)
     from transformers.models.internvl.video_processing_internvl import InternVLVideoProcessor
 
-    from .chat_templates import INTERNVL3
+    from ..scorers.chat_templates import INTERNVL3
 
     tok = _qwen_kind_with(INTERNVL_SPECIALS, {"start_image_token": "<img>", "end_image_token": "</img>",
                                               "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"})
@@ -294,7 +294,7 @@ def gemma3_model(folder: Path) -> dict:
     from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor,
                               Gemma3Processor)
 
-    from .chat_templates import GEMMA3
+    from ..scorers.chat_templates import GEMMA3
 
     tok = gemma3_tokenizer()
     ids = tok.convert_tokens_to_ids
@@ -324,7 +324,7 @@ def llava_onevision_model(folder: Path) -> dict:
                               LlavaOnevisionImageProcessor, LlavaOnevisionProcessor)
     from transformers.models.llava_onevision.video_processing_llava_onevision import LlavaOnevisionVideoProcessor
 
-    from .chat_templates import LLAVA_ONEVISION
+    from ..scorers.chat_templates import LLAVA_ONEVISION
 
     tok = _qwen_kind_with(["<image>", "<video>"], {"image_token": "<image>", "video_token": "<video>"})
     ids = tok.convert_tokens_to_ids
@@ -395,7 +395,7 @@ def mask2former_model(folder: Path) -> dict:
     from transformers import (Mask2FormerConfig, Mask2FormerForUniversalSegmentation,
                               Mask2FormerImageProcessor)
 
-    from .geneval import COCO_CLASSES
+    from ..scorers.geneval import COCO_CLASSES
 
     torch.manual_seed(0)
     stages = ["stage1", "stage2", "stage3", "stage4"]

@@ -3,7 +3,7 @@ transformer (one call a step, no CFG) and the SCM (trigflow) scheduler."""
 
 from __future__ import annotations
 
-from ..tiny_tokenizers import gemma_tokenizer
+from ..tokenizers import gemma_tokenizer
 
 CARDS = {
     "tiny-sana-sprint": {
@@ -21,7 +21,7 @@ CARDS = {
 
 def build(name: str) -> dict:
     # after diffusers tests/pipelines/sana/test_sana_sprint.py get_dummy_components (qk_norm, guidance_embeds=True,
-    # SCMScheduler()), with the text encoder and vocabulary of tiny-sana (t2i_audit/tiny_families/sana.py)
+    # SCMScheduler()), with the text encoder and vocabulary of tiny-sana (t2i_audit/tiny/families/sana.py)
     from diffusers import SanaTransformer2DModel, SCMScheduler
     from transformers import Gemma2Model
 
@@ -46,4 +46,4 @@ BUILDERS = {"sana-sprint": build}
 
 # Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
 # BUILDERS must exist by then), and these helpers are only used inside the builders.
-from ..tiny import _seeded  # noqa: E402
+from .. import _seeded  # noqa: E402

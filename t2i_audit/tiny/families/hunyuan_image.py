@@ -3,15 +3,17 @@ their mask), a ByT5 glyph encoder that only reads quoted text, and CFG from a `g
 
 from __future__ import annotations
 
-from ..tiny_tokenizers import qwen_tokenizer
+from ..tokenizers import qwen_tokenizer
 
 CARDS = {
     "tiny-hunyuan-image": {
         "pipeline": "HunyuanImagePipeline",
         "family": "hunyuan-image",
         # the ByT5 encoder (text_encoder_2) sees only the prompt's quoted text (pipeline_hunyuanimage.py
-        # extract_glyph_text) and is not called otherwise: the audited encoder is Qwen2.5-VL, as in families.yaml
-        "text_encoders": [{"name": "text_encoder", "tokenizer": "tokenizer", "kind": "qwen2.5-vl"}],
+        # extract_glyph_text), one prompt at a time, and is not called otherwise (families.yaml per_prompt); both are
+        # stored, as for the real card (whose encoders come from model_index.json: T5EncoderModel -> t5)
+        "text_encoders": [{"name": "text_encoder", "tokenizer": "tokenizer", "kind": "qwen2.5-vl"},
+                          {"name": "text_encoder_2", "tokenizer": "tokenizer_2", "kind": "t5"}],
         # guidance goes to distilled_guidance_scale (families.yaml guidance_arg), which this non-distilled transformer
         # ignores, as the real HunyuanImage-2.1's; CFG (cond, then uncond) comes from the guider's config.
         # No negative_prompt: __call__ encodes None as "" per prompt, while a str "" gives ONE row that
@@ -63,4 +65,4 @@ BUILDERS = {"hunyuan-image": build}
 
 # Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
 # BUILDERS must exist by then), and these helpers are only used inside the builders.
-from ..tiny import _seeded  # noqa: E402
+from .. import _seeded  # noqa: E402

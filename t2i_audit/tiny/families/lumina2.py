@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..tiny_tokenizers import gemma_tokenizer
+from ..tokenizers import gemma_tokenizer
 
 CARDS = {
     "tiny-lumina2": {
@@ -50,4 +50,4 @@ BUILDERS = {"lumina2": build}
 
 # Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
 # BUILDERS must exist by then), and these helpers are only used inside the builders.
-from ..tiny import _seeded  # noqa: E402
+from .. import _seeded  # noqa: E402

@@ -46,4 +46,4 @@ BUILDERS = {"chroma": build}
 
 # Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
 # BUILDERS must exist by then), and these helpers are only used inside the builders.
-from ..tiny import _seeded, _t5_encoder, _vae, t5_tokenizer  # noqa: E402
+from .. import _seeded, _t5_encoder, _vae, t5_tokenizer  # noqa: E402

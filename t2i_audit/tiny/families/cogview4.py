@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..tiny_tokenizers import glm_tokenizer
+from ..tokenizers import glm_tokenizer
 
 CARDS = {
     "tiny-cogview4": {
@@ -46,4 +46,4 @@ BUILDERS = {"cogview4": build}
 
 # Imported last: t2i_audit.tiny registers this module while it is being imported (CARDS and
 # BUILDERS must exist by then), and these helpers are only used inside the builders.
-from ..tiny import _seeded  # noqa: E402
+from .. import _seeded  # noqa: E402

@@ -1,0 +1,167 @@
+"""Output folders (issue 20, "Data loss"): a command writes only into a folder that is new, empty
+or already its own (``.t2i-audit.json``, or an older version's layout); anything else is refused
+with the path and the reason, exit code 2, and nothing it did not write is overwritten or deleted.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from t2i_audit.rundir import MARKER, claim_output_dir, folder_kind
+
+from .test_malformed_corpus import _invoke, _snapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+from synth import make_prompts, make_run  # noqa: E402
+
+
+def _foreign(root: Path) -> Path:
+    """A folder of somebody's files, shaped like what our commands write."""
+    (root / "sub").mkdir(parents=True)
+    (root / "important.txt").write_text("my notes")
+    (root / "sub" / "keep.txt").write_text("keep")
+    (root / "index.html").write_text("<p>my page</p>")
+    (root / "thumbs" / "ab").mkdir(parents=True)
+    (root / "thumbs" / "ab" / "mine.jpg").write_bytes(b"my picture")
+    return root
+
+
+def _refused(code, err, fragments, before, after):
+    assert code == 2, err
+    assert "Traceback" not in err and err.startswith("error: "), err
+    for f in fragments:
+        assert f in err, (f, err)
+    assert before == after, "a refused command must not touch the folder"
+
+
+SUITE = "suite: s\nversion: 1\nconcepts:\n  o: {family: object, values: [cube, ball]}\ntemplates:\n" \
+        "  - {name: t, category: objects, text: 'a {o1}', slots: {o1: o}, expect: {objects: [{id: o1}]}}\n"
+
+
+def _run_argv(out: str) -> list:
+    return ["run", "--model", "tiny-sd", "--prompts", "suite.yaml", "--stages", "prompts", "--out", out]
+
+
+@pytest.mark.parametrize("command", ["train-judge", "train-generator"])
+def test_mini_training_refuses_a_folder_that_is_not_its_own(tmp_path, monkeypatch, capsys, command):
+    # before: shutil.rmtree(out) — both files gone, exit 0
+    _foreign(tmp_path / "v")
+    before = _snapshot(tmp_path)
+    code, err = _invoke(["mini", command, "--smoke", "--out", "v"], tmp_path, monkeypatch, capsys)
+    _refused(code, err, ["v:", "not empty", MARKER], before, _snapshot(tmp_path))
+
+
+def test_mini_retraining_replaces_only_what_it_writes(tmp_path, monkeypatch, capsys):
+    (tmp_path / "j.tmp").mkdir()  # the old trainer staged in (and first deleted) a sibling <out>.tmp
+    (tmp_path / "j.tmp" / "keep.txt").write_text("mine")
+    code, err = _invoke(["mini", "train-judge", "--smoke", "--out", "j"], tmp_path, monkeypatch, capsys)
+    assert code in (0, None), err
+    assert folder_kind(tmp_path / "j") == "mini-judge"
+    (tmp_path / "j" / "notes.txt").write_text("my notes about this judge")
+    first = (tmp_path / "j" / "card.json").read_text()
+    code, err = _invoke(["mini", "train-judge", "--smoke", "--seed", "1", "--out", "j"], tmp_path, monkeypatch, capsys)
+    assert code in (0, None), err
+    assert (tmp_path / "j" / "notes.txt").read_text() == "my notes about this judge"
+    assert (tmp_path / "j.tmp" / "keep.txt").read_text() == "mine"
+    assert json.loads((tmp_path / "j" / "card.json").read_text())["seed"] == 1 != json.loads(first)["seed"]
+    assert sorted(p.name for p in (tmp_path / "j").iterdir()) == [
+        MARKER, "card.json", "config.json", "model.safetensors", "notes.txt"]  # no staging left behind
+
+
+def test_run_refuses_a_folder_that_is_not_its_own(tmp_path, monkeypatch, capsys):
+    # before: run.yaml, manifest.json, prompts.jsonl written into the user's folder, exit 0
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    _foreign(tmp_path / "d")
+    before = _snapshot(tmp_path)
+    code, err = _invoke(_run_argv("d"), tmp_path, monkeypatch, capsys)
+    _refused(code, err, ["d:", "not empty", "choose a new or empty folder"], before, _snapshot(tmp_path))
+    # a shared run.yaml whose out: points at that folder is refused the same way
+    (tmp_path / "shared.yaml").write_text(f"model: tiny-sd\nprompts: [suite.yaml]\nstages: [prompts]\nout: {tmp_path / 'd'}\n")
+    before = _snapshot(tmp_path)
+    code, err = _invoke(["run", "--config", "shared.yaml"], tmp_path, monkeypatch, capsys)
+    _refused(code, err, [f"{tmp_path / 'd'}:", "not empty"], before, _snapshot(tmp_path))
+
+
+def test_run_out_an_existing_file_is_refused(tmp_path, monkeypatch, capsys):
+    # before: FileExistsError traceback
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    (tmp_path / "f").write_text("a file")
+    before = _snapshot(tmp_path)
+    code, err = _invoke(_run_argv("f"), tmp_path, monkeypatch, capsys)
+    _refused(code, err, ["f:", "is a file, not a folder"], before, _snapshot(tmp_path))
+
+
+def test_run_resumes_its_own_folder_and_one_made_before_the_marker(tmp_path, monkeypatch, capsys):
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    (tmp_path / "empty").mkdir()
+    for out in ("new", "empty"):
+        code, err = _invoke(_run_argv(out), tmp_path, monkeypatch, capsys)
+        assert code in (0, None), err
+        assert json.loads((tmp_path / out / MARKER).read_text()) == {"tool": "t2i-audit", "kind": "run", "version": 1}
+    code, err = _invoke(_run_argv("new"), tmp_path, monkeypatch, capsys)  # its own: resumes
+    assert code in (0, None), err
+    (tmp_path / "new" / MARKER).unlink()  # a run made by an older version: manifest.json + run.yaml
+    code, err = _invoke(_run_argv("new"), tmp_path, monkeypatch, capsys)
+    assert code in (0, None), err
+    # another kind's folder is not a run
+    claim_output_dir(tmp_path / "cmp", "compare")
+    code, err = _invoke(_run_argv("cmp"), tmp_path, monkeypatch, capsys)
+    assert code == 2 and "holds a t2i-audit compare, not a run" in err, err
+
+
+def test_claim_by_two_processes_at_once_agrees(tmp_path):
+    """Accelerate ranks claim the same run folder together: the O_EXCL marker decides, both pass."""
+    import concurrent.futures as cf
+
+    for i in range(20):
+        with cf.ThreadPoolExecutor(2) as ex:
+            got = list(ex.map(lambda _: claim_output_dir(tmp_path / f"r{i}", "run"), range(2)))
+        assert got == [tmp_path / f"r{i}"] * 2 and folder_kind(tmp_path / f"r{i}") == "run"
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("runs")
+    prompts = make_prompts(n_binding=8, n_rel=4, n_count=3)
+    good = make_run(base / "good", prompts=prompts, skill=1.0, model="model-good", probes=False, black=0,
+                    scorers=("clip-foil",))
+    bad = make_run(base / "bad", prompts=prompts, skill=0.3, model="model-bad", probes=False, black=0,
+                   scorers=("clip-foil",))
+    return good, bad
+
+
+def test_compare_refuses_a_folder_that_is_not_its_own(tmp_path, monkeypatch, capsys, two_runs):
+    # before: D/thumbs/ab/mine.jpg deleted by a glob, D/index.html overwritten, exit 0
+    good, bad = two_runs
+    _foreign(tmp_path / "d")
+    before = _snapshot(tmp_path)
+    code, err = _invoke(["compare", str(good), str(bad), "--out", "d"], tmp_path, monkeypatch, capsys)
+    _refused(code, err, ["d:", "not empty"], before, _snapshot(tmp_path))
+
+
+def test_report_out_refuses_a_folder_that_is_not_its_own(tmp_path, monkeypatch, capsys, two_runs):
+    good, _ = two_runs
+    _foreign(tmp_path / "d")
+    before = _snapshot(tmp_path)
+    code, err = _invoke(["report", str(good), "--out", "d", "-q"], tmp_path, monkeypatch, capsys)
+    _refused(code, err, ["d:", "not empty"], before, _snapshot(tmp_path))
+
+
+def test_thumbnails_are_pruned_by_the_tools_own_index_never_by_name(tmp_path, monkeypatch, capsys, two_runs):
+    good, bad = two_runs
+    code, err = _invoke(["compare", str(good), str(bad), "--out", "c"], tmp_path, monkeypatch, capsys)
+    assert code in (0, None), err
+    made = json.loads((tmp_path / "c" / "thumbs" / "index.json").read_text())
+    assert made and all((tmp_path / "c" / rel).is_file() for rel in made)
+    # a file of the user's in our thumbs folder, named like a thumbnail
+    mine = tmp_path / "c" / "thumbs" / "ab" / ("ab" + "0" * 62 + ".jpg")
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_bytes(b"mine")
+    # the same run twice: no disagreement, no thumbnail used; ours go, the user's stays
+    code, err = _invoke(["compare", str(good), str(good), "--out", "c"], tmp_path, monkeypatch, capsys)
+    assert code in (0, None), err
+    assert not any((tmp_path / "c" / rel).exists() for rel in made)
+    assert mine.read_bytes() == b"mine"
+    assert json.loads((tmp_path / "c" / "thumbs" / "index.json").read_text()) == []
