@@ -255,7 +255,7 @@ def claim_output_dir(path: "Path | str", kind: str) -> Path:
         raise AuditError(f"{root}: holds a t2i-audit {found}, not a {kind}; refusing to write into it "
                          "— choose another output folder")
     entries = {p.name for p in root.iterdir()} if found is None and root.is_dir() else set()
-    if MARKER in entries:  # claimed by another process since we looked: judge by its marker
+    if MARKER in entries and (root / MARKER).is_file():  # claimed by another process since we looked
         return claim_output_dir(root, kind)
     if entries:
         raise AuditError(f"{root}: folder is not empty and was not made by t2i-audit (no {MARKER}); refusing "
