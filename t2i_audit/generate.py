@@ -168,7 +168,6 @@ def pixel_digest(img) -> str:
     uses it to tell one from the other.
     """
     import numpy as np
-
     from PIL import Image
 
     small = img.convert("RGB").resize((8, 8), resample=Image.Resampling.BOX)  # BOX: plain block means
@@ -265,7 +264,7 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
                          **({"plan_note": plan_note} if plan_note else {}))
         if plan_note and progress:
             print(f"[generate] {plan_note}", file=sys.stderr)
-    pipe = load_pipeline(card, device, dtype) if any(_todo(b, done) for b in plan) else None
+    pipe = load_pipeline(card, device, dtype) if any(_missing(b, done) for b in plan) else None
     if pipe is not None:
         batch_size, note = effective_batch_size(type(pipe).__name__, s.batch_size)
         if note:
@@ -275,18 +274,18 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
                 run.update_stage("generate", settings=asdict(s), batch_size_note=note)
     # whole planned batches, even where some members exist: an image is only ever made among its
     # planned batch-mates; only the missing members are written
-    work = [(i, batch) for i, batch in enumerate(plan) if _todo(batch, done)]
-    items = [m for _, batch in work for m in _todo(batch, done)]
+    work = [(i, batch, missing) for i, batch in enumerate(plan) if (missing := _missing(batch, done))]
+    made_now = sum(len(missing) for _, _, missing in work)
     if state.is_main_process and pipe is not None:
         run.update_stage("generate", device_name=_device_name(device), pipeline=type(pipe).__name__,
                          resolved_from=str(pipe.config.get("_name_or_path", "")),
                          batches=len(plan), batches_run_now=len(work))
     with state.split_between_processes(work) as mine:
-        _generate_share(run, pipe, card, s, mine, done, rank, progress and state.is_main_process)
+        _generate_share(run, pipe, card, s, mine, rank, progress and state.is_main_process)
     state.wait_for_everyone()
     if not state.is_main_process:
         return {}
-    return merge_shards(run, prompts, s.images_per_prompt, made_now=len(items))
+    return merge_shards(run, prompts, s.images_per_prompt, made_now=made_now)
 
 
 def _keep_recorded_plan(run: RunDir, s: GenSettings) -> tuple[GenSettings, Optional[str]]:
@@ -300,18 +299,18 @@ def _keep_recorded_plan(run: RunDir, s: GenSettings) -> tuple[GenSettings, Optio
         "(images depend on their batch-mates' count); use a new --out for another batch size")
 
 
-def _todo(batch: list[tuple[dict, int]], done: dict) -> list[tuple[dict, int]]:
-    return [(p, k) for p, k in batch if (p["id"], k) not in done]
+def _missing(batch: list[tuple[dict, int]], done: dict) -> list[int]:
+    """Positions in ``batch`` of the members not on disk with their recorded bytes."""
+    return [j for j, (p, k) in enumerate(batch) if (p["id"], k) not in done]
 
 
-def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, work: list, done: dict, rank: int,
-                    progress: bool):
+def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, work: list, rank: int, progress: bool):
     import torch
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=sum(len(_todo(b, done)) for _, b in work), desc=f"generate {card.name}", unit="img",
+    bar = tqdm(total=sum(len(keep) for _, _, keep in work), desc=f"generate {card.name}", unit="img",
                disable=not progress)
-    for start, (index, batch) in enumerate(work):
+    for start, (index, batch, keep) in enumerate(work):
         seeds = [image_seed(p["id"], k, s.seed) for p, k in batch]
         generators = [torch.Generator("cpu").manual_seed(x) for x in seeds]
         t0 = time.perf_counter()
@@ -327,7 +326,6 @@ def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, work: li
         seconds = (time.perf_counter() - t0) / len(batch)
         nsfw = getattr(out, "nsfw_content_detected", None) or [False] * len(batch)
         members = [batch_member(p["id"], k) for p, k in batch]
-        keep = [j for j, (p, k) in enumerate(batch) if (p["id"], k) not in done]
         try:
             _write_batch(run, card, [batch[j] for j in keep], [seeds[j] for j in keep], [images[j] for j in keep],
                          [nsfw[j] for j in keep], seconds, rank, s.size, batch_info={"batch": index, "batch_members": members})

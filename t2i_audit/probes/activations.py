@@ -183,7 +183,8 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
     Chunks are ``CHUNK`` rows whatever the process count, so batches — and the numbers — are the
     ones a single process computes, and a resume with another process count reuses every part.
     """
-    from ..generate import effective_batch_size, effective_dtype
+    from ..families import pipeline_family
+    from ..generate import effective_dtype
     from ..models import resolve_model
     from ..processes import process_state
     from .pipeline_text import PipelineTextEncoder, load_text_pipeline
@@ -203,16 +204,10 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
         dtype = "float32"
     ids = [p["id"] for p in prompts]
     mode = {"call": card.call, "dtype": dtype}
-    # a family whose text states depend on their batch-mates (CogView 4 pads left, unmasked) is
-    # encoded one prompt at a time, as generate makes its images: the states that conditioned them
-    batch_size, batch_note = effective_batch_size(card.pipeline or "", batch_size)
-    if batch_note:
-        mode["batch_size"] = batch_size
-    # a family whose text states depend on their batch-mates (CogView 4 pads left, unmasked) is
-    # encoded one prompt at a time, as generate makes its images: the states that conditioned them
-    batch_size, batch_note = effective_batch_size(card.pipeline or "", batch_size)
-    if batch_note:
-        mode["batch_size"] = batch_size
+    if (pipeline_family(card.pipeline or "") or {}).get("batch_dependent"):
+        # PipelineTextEncoder.encode makes these one prompt at a time (their states depend on the batch):
+        # not the arrays a batched extraction of an older version cached
+        mode["one_prompt_at_a_time"] = True
     state = state or process_state(device)
     state.wait_for_everyone()  # no process reads what the main one is still merging
     fps = {e["name"]: encoder_fingerprint(path, e, card.revision) for e in encoders}

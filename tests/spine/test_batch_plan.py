@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from t2i_audit import api, generate
+from t2i_audit.errors import AuditError
 from t2i_audit.generate import batch_member, image_seed, plan_batches
 from t2i_audit.probes import denoiser
 from t2i_audit.rundir import RunDir, read_jsonl
@@ -74,7 +75,7 @@ def test_plan_is_the_ordered_work_cut_every_batch_size(n_prompts, per_prompt, ba
 
 
 def test_plan_refuses_a_batch_size_below_one():
-    with pytest.raises(Exception, match="batch size 0"):
+    with pytest.raises(AuditError, match="batch size 0"):
         plan_batches([{"id": "p"}], 1, 0)
 
 
