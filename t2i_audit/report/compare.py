@@ -54,6 +54,25 @@ def _deciding(runs, wanted: str | None) -> dict:
                                  decided=[decided_by_category(r.prompts, r.scorers) for r in runs])
 
 
+def _same_protocols(runs) -> None:
+    """Judged under different protocols (question wording, answer words, aggregation;
+    t2i_audit/cards/protocols.yaml), two runs' scores are different measurements: refuse, naming both."""
+    from ..scorers.protocols import run_protocols
+
+    seen: dict[str, tuple] = {}
+    for r in runs:
+        for scorer, names in sorted(run_protocols(r.rd.scores_dir).items()):
+            if len(names) > 1:
+                raise AuditError(f"{r.rd.root}: scorer {scorer} mixes judge protocols {', '.join(sorted(names))} "
+                                 f"in one run; rescore it under one protocol")
+            (name,) = names
+            first = seen.setdefault(scorer, (r.rd.root, name))
+            if first[1] != name:
+                raise AuditError(f"scorer {scorer} judged the runs under different protocols: {first[0]} under "
+                                 f"{first[1]!r}, {r.rd.root} under {name!r}; their scores do not compare - rescore "
+                                 "one run with the other's protocol")
+
+
 def _image_counts(run) -> dict:
     counts: dict = {}
     for c in run.images_df["category"] if len(run.images_df) else []:
@@ -77,6 +96,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
         raise AuditError(f"compare needs at least two runs, got {len(run_dirs)}")
     run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
     runs = [load_run(d) for d in run_dirs]
+    _same_protocols(runs)
     deciding = _deciding(runs, scorer)
     runs = [load_run(d, deciding=deciding) for d in run_dirs]
     scorer = rule.primary(deciding, _image_counts(runs[0]))
@@ -184,7 +204,8 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
                 + ", ".join(f"{n} in {lab}" for n, lab in zip(n_all, labels)) + ".")
     deciding_out = {str(c): {k: d.get(k) for k in ("scorer", "source", "agreement", "why")}
                     for c, d in deciding.items()}
-    summary = {"models": labels, "runs": [str(r.rd.root) for r in runs], "scorer": scorer,
+    protocols = _protocol_names(runs)
+    summary = {"models": labels, "runs": [str(r.rd.root) for r in runs], "scorer": scorer, "protocols": protocols,
                "deciding": deciding_out,
                "suites": suites, "different_suites": different, "shared_prompts": len(shared_keys),
                "paired_images": len(pairs), "disagreements": len(disagree),
@@ -194,7 +215,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
                "note": note}
     atomic_write_json(out / "compare.json", summary)
     used = set(pair_df["category"])
-    ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note,
+    ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note, "protocols": protocols,
            "deciding": rule.table({c: d for c, d in deciding.items() if c in used}),
            "verdict_sources": sorted({d["scorer"] for c, d in deciding.items() if c in used and d.get("scorer")}),
            "runs": [{"label": lab, "root": r.rd.root.name, "suites": ", ".join(s)}
@@ -207,6 +228,16 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
     page = out / "index.html"
     atomic_write_text(page, render("compare.html.j2", ctx))  # modes follow the umask (rundir)
     return page
+
+
+def _protocol_names(runs) -> dict:
+    """{scorer: judge protocol} (checked equal across the runs by _same_protocols)."""
+    from ..scorers.protocols import run_protocols
+
+    out: dict = {}
+    for r in runs:
+        out.update({k: sorted(v)[0] for k, v in run_protocols(r.rd.scores_dir).items()})
+    return dict(sorted(out.items()))
 
 
 def _sep(diffs, a, b) -> bool:

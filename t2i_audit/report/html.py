@@ -259,6 +259,20 @@ def scorer_section(data: RunData, thumbs: Thumbs, out_dir: Path) -> dict:
             "disagreements": disagreements[:DISAGREE_MAX]}
 
 
+def scoring_section(data: RunData) -> dict:
+    """Whether scoring ran, each scorer's judge protocol, and what each declined ("unsupported" is not
+    "not run": a scorer that answers no question of a run still ran, and the page says why it gave no verdict)."""
+    from ..scorers.protocols import declined, declined_text, run_protocols
+
+    d = data.rd.scores_dir
+    dec = declined(d) if d.is_dir() else {}
+    prot = run_protocols(d) if d.is_dir() else {}
+    return {"ran": bool(data.scorers),
+            "protocols": {k: ", ".join(sorted(v)) for k, v in sorted(prot.items())},
+            "declined": [{"name": n, "text": declined_text(n, s), "all": s["declined"] == s["asked"]}
+                         for n, s in sorted(dec.items()) if s["declined"]]}
+
+
 def _flatten(d, prefix="", depth=0) -> list[tuple[str, str]]:
     out = []
     for k, v in (d or {}).items():
@@ -301,6 +315,7 @@ def build_context(data: RunData, out_dir: Path, thumbs: Thumbs, progress: bool =
         "concepts": _records(analysis.concept_rates(im, data.prompts).sort_values(["rate", "n"], ascending=[True, False]).head(30)) if data.scorer and len(im) else [],
         "gallery": gallery(data, thumbs, out_dir, progress),
         "scorers": scorer_section(data, thumbs, out_dir),
+        "scoring": scoring_section(data),
         "probes": probes_section(data.rd.probes_dir),
         "manifest": manifest_section(data),
         **static_assets(),

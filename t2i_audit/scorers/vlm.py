@@ -6,25 +6,25 @@ For each query (a DSG question, a probe, or the whole prompt) the user turn is a
 query text, rendered by ``processor.apply_chat_template(..., add_generation_prompt=True)``; the
 batch is left-padded so the last position of every row is the assistant prefix's last token, and
 one forward (``logits_to_keep=1``, no KV cache) gives the next-token distribution there.
-P(yes) / P(no) are the softmax mass on the answer-word variants (``options.yes_tokens`` /
-``options.no_tokens``), each of which must be ONE token right after the assistant prefix
-(:func:`answer_token_ids`; checked at load on the real template, raising otherwise).
+P(yes) / P(no) are the softmax mass on the answer-word variants, each of which must be ONE token right after
+the assistant prefix (:func:`answer_token_ids`; checked at load on the real template, raising otherwise), or,
+for the upstream protocols, the first token of each word as their code reads it (:func:`first_token_ids`).
 
-Records (all in the usual schema, every one with ``extra.max_pixels``; the revision is
-``scorer_revision``):
+Which questions are asked, which answer words are summed and how the metrics aggregate is the card's judge
+*protocol* (``protocol:``; :mod:`.protocols`, data in ``t2i_audit/cards/protocols.yaml``): ``t2i-audit`` (ours,
+the default), ``geneval2`` (GenEval 2's Soft-TIFA and VQAScore, facebookresearch/GenEval2 evaluation.py) or
+``vqascore`` (t2v_metrics' VQAScore). Records (the usual schema; every one with ``extra.max_pixels``,
+``extra.protocol`` and ``extra.protocol_hash``; the revision is ``scorer_revision``):
 
-* ``question``: value ``P(yes)/(P(yes)+P(no))``, verdict ``value >= thresholds.p_yes``,
-  ``extra.p_yes`` / ``extra.p_no`` raw;
-* ``metric: vqascore``: raw P(yes) for ``templates.prompt`` (VQAScore, Lin et al. 2024;
-  t2v_metrics' default question 'Does this figure show "{}"? Please answer yes or no.',
-  t2v_metrics/models/vqascore_models/llava_model.py);
-* ``metric: soft_tifa_am`` / ``soft_tifa_gm``: arithmetic / geometric mean over the prompt's
-  atoms (its DSG questions, whose correct answer is yes) of P(correct answer) — GenEval 2's
-  Soft-TIFA (Kamath et al. 2025, arXiv 2512.16853; README of facebookresearch/GenEval2: "the
-  arithmetic mean of the soft scores per prompt ... (Soft-TIFA AM) ... the geometric mean ...
-  (Soft-TIFA GM)"; the evaluation.py read here — a public fork of that repo, Meta header kept —
-  sums the softmax over the variants "Yes", "yes", " Yes", " yes" and takes scipy's gmean of the
-  scores clipped at 1e-12, as here).
+* ``question``: value ``P(yes)/(P(yes)+P(no))`` (a "How many" count of ``geneval2``: P(number variants)),
+  verdict ``value >= thresholds.p_yes``, ``extra.p_yes`` / ``extra.p_no`` raw;
+* ``metric: vqascore``: raw P(yes) for the whole prompt;
+* ``metric: soft_tifa_am`` / ``soft_tifa_gm``: arithmetic / geometric mean over the prompt's atoms of
+  P(correct answer) — GenEval 2's Soft-TIFA (Kamath et al. 2025, arXiv 2512.16853).
+
+A chat template whose generation prompt opens a reasoning block (``<think>``) is rendered with
+``enable_thinking=False`` where it supports that, else refused at load: P(yes) would be read where the model
+starts to reason, not where it answers.
 
 Speed: bf16 on CUDA (card ``model.dtype``), ``options.batch_size`` queries per forward, Qwen's
 image budget ``options.max_pixels`` (recorded), and the image encoder run once per distinct
@@ -35,19 +35,18 @@ precomputed ``get_image_features`` outputs) where the processor's outputs allow 
 from __future__ import annotations
 
 import inspect
-import math
 from typing import Sequence
 
 from ..errors import AuditError
-from .base import Answer, ScoreItem
+from . import protocols
+from .base import Answer, ScoreItem, card_hash
 from .vqa import YesNoScorer
 
-# GenEval 2's answer variants (benchmark_schema.YES_VARIANTS / NO_VARIANTS in its evaluation code)
+# a card's default answer words (protocol t2i-audit reads options.yes_tokens / no_tokens)
 YES_VARIANTS = ("Yes", "yes", " Yes", " yes")
 NO_VARIANTS = ("No", "no", " No", " no")
-QUESTION_TEMPLATE = "{question} Please answer yes or no."
-PROMPT_TEMPLATE = 'Does this figure show "{text}"? Please answer yes or no.'
 GM_FLOOR = 1e-12
+REASONING_OPEN = ("<think>",)  # reasoning-block openers of Qwen3 / QwQ / DeepSeek-R1-style chat templates
 
 
 def answer_token_ids(tokenizer, prefix: str, words: Sequence[str], model: str = "") -> list[int]:
@@ -77,24 +76,67 @@ def answer_token_ids(tokenizer, prefix: str, words: Sequence[str], model: str = 
     return ids
 
 
-def soft_tifa(p_correct: Sequence[float]) -> tuple[float | None, float | None]:
-    """(arithmetic mean, geometric mean) of the atoms' P(correct); GM floors each at 1e-12."""
-    if not p_correct:
-        return None, None
-    am = sum(p_correct) / len(p_correct)
-    gm = math.exp(sum(math.log(max(float(p), GM_FLOOR)) for p in p_correct) / len(p_correct))
-    return am, gm
+def first_token_ids(tokenizer, words: Sequence[str]) -> list[int]:
+    """The upstream reading of answer words (t2v_metrics ``tokenizer.encode(answer, add_special_tokens=False)``,
+    GenEval 2 ``tokenizer.encode(answer)[0]``; Qwen adds no special token, so the two agree): the first id of
+    each word encoded alone, duplicates kept (the upstream code sums over its list as written)."""
+    ids = []
+    for w in words:
+        enc = list(tokenizer.encode(w, add_special_tokens=False))
+        if enc:
+            ids.append(enc[0])
+    return ids
+
+
+def generation_kwargs(render, model: str = "") -> dict:
+    """Template kwargs that make the generation prompt end where the answer starts. ``render(**kw)`` renders
+    a one-turn chat with the generation prompt. A prompt ending in an open reasoning block would have P(yes) read
+    at the first reasoning token: render it with ``enable_thinking=False`` (Qwen3's switch; t2v_metrics does the
+    same for Qwen3.5, qwen3vl_model.py _build_inputs) if that closes it, else refuse."""
+    def opens(text: str) -> bool:
+        return text.rstrip().endswith(REASONING_OPEN)
+
+    if not opens(render()):
+        return {}
+    try:
+        off = render(enable_thinking=False)
+    except Exception:  # noqa: BLE001 - a template that rejects the switch does not support it
+        off = None
+    if off is not None and not opens(off):
+        return {"enable_thinking": False}
+    raise AuditError(f"model {model!r}: its chat template's generation prompt opens a reasoning block "
+                     f"({'/'.join(REASONING_OPEN)}) and cannot be rendered with thinking disabled; P(yes) would be "
+                     "read at the first reasoning token, not at the answer. Use the model's instruct (non-thinking) "
+                     "checkpoint, or give the card a templates.raw prompt that ends where the answer starts")
+
+
+def soft_tifa(p_correct: Sequence[float], floor: float | None = GM_FLOOR) -> tuple[float | None, float | None]:
+    """(arithmetic mean, geometric mean) of the atoms' P(correct); see :func:`.protocols.soft_tifa`."""
+    return protocols.soft_tifa(p_correct, floor)
 
 
 class VlmJudge(YesNoScorer):
     """See the module docstring. Card keys: ``templates.question`` / ``templates.prompt`` (the
     user text; ``{question}`` / ``{text}``), ``templates.system`` (optional system turn),
     ``templates.raw`` (a whole prompt string with ``{query}``, for a processor without a chat
-    template, e.g. the tiny LLaVA); ``options``: ``yes_tokens``, ``no_tokens``, ``batch_size``
-    (16), ``max_pixels`` (Qwen-style processors), ``share_image_encoding`` (true),
-    ``model_class`` (AutoModelForImageTextToText)."""
+    template, e.g. the tiny LLaVA); ``protocol`` (default ``t2i-audit``; its templates and answer words rule,
+    a card's ``templates.question`` / ``templates.prompt`` must match them); ``options``: ``yes_tokens``,
+    ``no_tokens`` (protocol t2i-audit), ``batch_size`` (16), ``max_pixels`` (Qwen-style processors),
+    ``share_image_encoding`` (true), ``model_class`` (AutoModelForImageTextToText)."""
 
     family = "vqa"
+    _chat_kwargs: dict = {}
+
+    @property
+    def protocol(self) -> dict:
+        if getattr(self, "_protocol", None) is None:
+            self._protocol = protocols.get_protocol(self.card.get("protocol"), scorer=self.name)
+        return self._protocol
+
+    @property
+    def fingerprint(self) -> str:
+        """The card's hash with the protocol's folded in: a changed protocol entry rescores."""
+        return card_hash({**self.card, "protocol": f"{self.protocol['name']}@{self.protocol['hash']}"})
 
     @property
     def options(self) -> dict:
@@ -121,12 +163,15 @@ class VlmJudge(YesNoScorer):
         self.tokenizer = self.processor.tokenizer
         self.tokenizer.padding_side = "left"  # every row's last position = the assistant prefix's end
         self.max_pixels = self._image_budget(self.options.get("max_pixels"))
+        self._check_templates()
+        if not self.templates.get("raw"):
+            self._chat_kwargs = generation_kwargs(lambda **kw: self._chat(self._messages("Q?"), **kw), self.model_id)
         prefix = self.render("Is there a cat? Please answer yes or no.")
-        opt = self.options
-        self.yes_ids = answer_token_ids(self.tokenizer, prefix, opt.get("yes_tokens", YES_VARIANTS), self.model_id)
-        self.no_ids = answer_token_ids(self.tokenizer, prefix, opt.get("no_tokens", NO_VARIANTS), self.model_id)
-        if set(self.yes_ids) & set(self.no_ids):
-            raise AuditError(f"scorer {self.name}: a yes and a no answer word share a token")
+        self.answers = {part: self._answer_ids(part, prefix) for part in ("question", "prompt")}
+        self.yes_ids, self.no_ids = self.answers["question"]
+        for yes, no in self.answers.values():
+            if set(yes) & set(no):
+                raise AuditError(f"scorer {self.name}: a yes and a no answer word share a token")
         fwd = inspect.signature(self.model.forward).parameters
         self._forward_kw = {"use_cache": False, **({"logits_to_keep": 1} if "logits_to_keep" in fwd else {})}
 
@@ -146,23 +191,52 @@ class VlmJudge(YesNoScorer):
         self._image_kwargs = {"size": {"shortest_edge": int(size.shortest_edge), "longest_edge": int(max_pixels)}}
         return int(max_pixels)
 
+    def _check_templates(self) -> None:
+        """The protocol owns the question wording: a card (or --set) that words it otherwise would score
+        under the protocol's name what the protocol does not ask."""
+        for part in ("question", "prompt"):
+            mine, theirs = self.templates.get(part), self.protocol[part]["template"]
+            if mine is not None and mine.replace("{%s}" % ("question" if part == "question" else "text"), "{}") \
+                    != theirs.replace("{question}", "{}").replace("{text}", "{}"):
+                raise AuditError(f"scorer {self.name}: templates.{part} {mine!r} is not protocol "
+                                 f"{self.protocol['name']!r}'s {theirs!r}; drop it from the card, or add a protocol "
+                                 "to t2i_audit/cards/protocols.yaml")
+
+    def _words(self, part: str, side: str) -> list[str]:
+        words = self.protocol[part][f"{side}_words"]
+        if words == "card":
+            words = self.options.get(f"{side}_tokens", YES_VARIANTS if side == "yes" else NO_VARIANTS)
+        return list(words)
+
+    def _answer_ids(self, part: str, prefix: str) -> tuple[list[int], list[int]]:
+        if self.protocol["match"] == "first_token":
+            return tuple(first_token_ids(self.tokenizer, self._words(part, side)) for side in ("yes", "no"))
+        return tuple(answer_token_ids(self.tokenizer, prefix, self._words(part, side), self.model_id)
+                     for side in ("yes", "no"))
+
     # --- prompts ----------------------------------------------------------------------------
+    def _messages(self, query: str) -> list[dict]:
+        msgs = []
+        if self.templates.get("system"):
+            msgs.append({"role": "system", "content": [{"type": "text", "text": self.templates["system"]}]})
+        msgs.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": query}]})
+        return msgs
+
+    def _chat(self, msgs: list[dict], **kw) -> str:
+        return self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False, **kw)
+
     def render(self, query: str) -> str:
         """The model's prompt text for one image + ``query``, ending with the assistant prefix."""
         raw = self.templates.get("raw")
         if raw:
             return raw.format(query=query)
-        msgs = []
-        if self.templates.get("system"):
-            msgs.append({"role": "system", "content": [{"type": "text", "text": self.templates["system"]}]})
-        msgs.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": query}]})
-        return self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        return self._chat(self._messages(query), **self._chat_kwargs)
 
     def question_text(self, question: str) -> str:
-        return self.templates.get("question", QUESTION_TEMPLATE).format(question=question)
+        return self.protocol["question"]["template"].format(question=question)
 
     def prompt_text(self, text: str) -> str:
-        return self.templates.get("prompt", PROMPT_TEMPLATE).format(text=text)
+        return self.protocol["prompt"]["template"].format(text=text)
 
     # --- the model call ---------------------------------------------------------------------
     def encode(self, pairs: Sequence[tuple]):
@@ -181,15 +255,17 @@ class VlmJudge(YesNoScorer):
             enc["pixel_values"] = enc["pixel_values"].to(self.model.dtype)
         return enc
 
-    def yes_no(self, pairs, batch_size: int | None = None):
+    def yes_no(self, pairs, batch_size: int | None = None, answers: Sequence[tuple] | None = None):
         """(P(yes), P(no), truncated) per (image, query text) — the query text goes in the user
-        turn as is (templates applied by the caller)."""
+        turn as is (templates applied by the caller). ``answers``: (yes ids, no ids) per row (default the
+        question's); ids sum as listed, so a repeated id counts twice, as upstream."""
         import torch
 
         bs = int(batch_size or self.options.get("batch_size", 16))
         out = []
         for s in range(0, len(pairs), bs):
             part = pairs[s:s + bs]
+            ids = list(answers[s:s + bs]) if answers is not None else [(self.yes_ids, self.no_ids)] * len(part)
             enc = self.encode(part)
             kw = dict(enc)
             if self.options.get("share_image_encoding", True):
@@ -197,9 +273,9 @@ class VlmJudge(YesNoScorer):
             with torch.inference_mode():
                 logits = self.model(**kw, **self._forward_kw).logits[:, -1].float()
             probs = logits.softmax(-1)
-            py = probs[:, self.yes_ids].sum(-1).tolist()
-            pn = probs[:, self.no_ids].sum(-1).tolist()
-            out.extend((a, b, False) for a, b in zip(py, pn))
+            for row, (yes, no) in zip(probs, ids):
+                out.append((row[list(yes)].sum().item() if yes else 0.0,
+                            row[list(no)].sum().item() if no else 0.0, False))
         return out
 
     def _shared_image_inputs(self, kw: dict, keys: Sequence[int]) -> dict:
@@ -240,35 +316,72 @@ class VlmJudge(YesNoScorer):
         return out
 
     # --- records ----------------------------------------------------------------------------
+    def _count_ask(self, prompt: dict, q: dict) -> tuple[str, list[int]] | None:
+        """GenEval 2 asks a count "How many X are in the image?" and reads P(its number words)."""
+        c = self.protocol.get("count") or {}
+        if c.get("ask") != "how_many" or q.get("kind") != "count" or q.get("probe"):
+            return None
+        o = next((o for o in prompt.get("objects") or [] if o["id"] == q.get("object")), None)
+        if o is None or q.get("number") is None:
+            return None
+        words = protocols.count_answers(protocols.number_word(int(q["number"])))
+        return c["template"].format(plural=o["plural"]), first_token_ids(self.tokenizer, words)
+
     def score(self, items: Sequence[ScoreItem]) -> list[list[dict]]:
         thr = float(self.thresholds.get("p_yes", 0.5))
+        proto = self.protocol
         qs = [self.queries(it.prompt) for it in items]
-        pairs, where = [], []
-        for i, (it, ql) in enumerate(zip(items, qs)):  # one image's queries stay adjacent
+        pairs, ids, index = [], [], {}
+
+        def ask(image, text, yes_no) -> int:
+            """Row of (image, text, answer ids), each asked once per batch (atoms repeat questions)."""
+            key = (id(image), text, tuple(yes_no[0]), tuple(yes_no[1]))
+            if key not in index:
+                index[key] = len(pairs)
+                pairs.append((image, text))
+                ids.append(yes_no)
+            return index[key]
+
+        plan = []  # per item: ({qid: (row, how_many)}, prompt row, [atom rows])
+        for it, ql in zip(items, qs):  # one image's queries stay adjacent
+            rows = {}
             for q in ql:
-                pairs.append((it.image, self.question_text(q["text"])))
-                where.append((i, q["id"]))
-            pairs.append((it.image, self.prompt_text(it.prompt["text"])))
-            where.append((i, None))
-        answers: list[dict[str, Answer]] = [{} for _ in items]
-        whole: list[tuple] = [()] * len(items)
-        for (i, qid), (py, pn, trunc) in zip(where, self.yes_no(pairs)):
-            v = py / (py + pn) if (py + pn) > 0 else 0.5
-            if qid is None:
-                whole[i] = (py, pn, v, trunc)
-            else:
-                answers[i][qid] = Answer(value=v, passed=v >= thr, truncated=trunc,
-                                         extra={"p_yes": py, "p_no": pn, "threshold": thr})
+                count = self._count_ask(it.prompt, q)
+                rows[q["id"]] = ((ask(it.image, self.question_text(count[0]), (count[1], [])), True) if count else
+                                 (ask(it.image, self.question_text(q["text"]), self.answers["question"]), False))
+            whole = ask(it.image, self.prompt_text(it.prompt["text"]), self.answers["prompt"])
+            atoms = None
+            if proto["atoms"] == "geneval2":
+                atoms = [ask(it.image, self.question_text(a["text"]),
+                             (first_token_ids(self.tokenizer, a["answers"]), []) if a["answers"]
+                             else self.answers["question"]) for a in protocols.geneval2_atoms(it.prompt)]
+            plan.append((rows, whole, atoms))
+        res = self.yes_no(pairs, answers=ids)
         out = []
-        for it, ql, ans, (py, pn, norm, trunc) in zip(items, qs, answers, whole):
+        for it, ql, (rows, whole, atom_rows) in zip(items, qs, plan):
+            ans = {}
+            for qid, (row, how_many) in rows.items():
+                py, pn, trunc = res[row]
+                v = py if how_many else (py / (py + pn) if (py + pn) > 0 else 0.5)
+                ex = {"p_yes": py, "p_no": None if how_many else pn, "threshold": thr}
+                if how_many:
+                    ex["asked"] = pairs[row][1]
+                ans[qid] = Answer(value=v, passed=v >= thr, truncated=trunc, extra=ex)
             recs = self.records_from_answers(it, ql, ans)
-            atoms = [ans[q["id"]].extra["p_yes"] for q in ql if not q.get("probe") and q["id"] in ans]
-            am, gm = soft_tifa(atoms)
-            mets = [self.record(it, "metric", metric="vqascore", value=py, verdict=norm >= thr, truncated=trunc,
-                                extra={"p_no": pn, "normalised": norm, "threshold": thr}),
-                    self.record(it, "metric", metric="soft_tifa_am", value=am, extra={"atoms": len(atoms)}),
-                    self.record(it, "metric", metric="soft_tifa_gm", value=gm, extra={"atoms": len(atoms)})]
-            out.append(self._stamp(recs[:-1] + mets + recs[-1:]))
+            if atom_rows is None:  # ours: the prompt's own questions, P(yes) (their correct answer)
+                atoms = [ans[q["id"]].extra["p_yes"] for q in ql if not q.get("probe") and q["id"] in ans]
+            else:
+                atoms = [res[r][0] for r in atom_rows]
+            am, gm = soft_tifa(atoms, proto.get("gm_floor"))
+            py, pn, trunc = res[whole]
+            norm = py / (py + pn) if (py + pn) > 0 else 0.5
+            mets = {"vqascore": self.record(it, "metric", metric="vqascore", value=py, verdict=norm >= thr,
+                                            truncated=trunc, extra={"p_no": pn, "normalised": norm, "threshold": thr}),
+                    "soft_tifa_am": self.record(it, "metric", metric="soft_tifa_am", value=am,
+                                                extra={"atoms": len(atoms)}),
+                    "soft_tifa_gm": self.record(it, "metric", metric="soft_tifa_gm", value=gm,
+                                                extra={"atoms": len(atoms)})}
+            out.append(self._stamp(recs[:-1] + [mets[m] for m in proto["metrics"]] + recs[-1:]))
         return out
 
     def excluded_records(self, item: ScoreItem) -> list[dict]:
@@ -277,7 +390,7 @@ class VlmJudge(YesNoScorer):
     def _stamp(self, recs: list[dict]) -> list[dict]:
         mp = getattr(self, "max_pixels", self.options.get("max_pixels"))
         for r in recs:
-            r["extra"]["max_pixels"] = mp
+            r["extra"].update(max_pixels=mp, protocol=self.protocol["name"], protocol_hash=self.protocol["hash"])
         return recs
 
 

@@ -102,3 +102,25 @@ def test_hostile_model_name_is_escaped(tmp_path):
     body = compare_runs([a, b], tmp_path / "o").read_text().split("<body>", 1)[1]
     assert "<img src=x" not in body and "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in body
     assert "<script>alert(1)</script>" not in body
+
+
+def test_compare_refuses_mixed_judge_protocols(tmp_path):
+    from t2i_audit.rundir import RunDir, read_jsonl
+
+    prompts = make_prompts(n_binding=4, n_rel=2, n_count=2)
+    runs = []
+    for name, protocol in (("ours", "t2i-audit"), ("theirs", "geneval2")):
+        run = make_run(tmp_path / name, prompts=prompts, model=f"model-{name}", probes=False, black=0,
+                       scorers=("clip-foil",))
+        path = RunDir(run).scores("clip-foil")
+        recs = [{**r, "extra": {**(r.get("extra") or {}), "protocol": protocol}} for r in read_jsonl(path)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        runs.append(run)
+    with pytest.raises(AuditError, match=r"scorer clip-foil judged the runs under different protocols: "
+                                         r".*ours under 't2i-audit', .*theirs under 'geneval2'"):
+        compare_runs(runs, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    compare_runs([runs[0], runs[0]], tmp_path / "same")  # one protocol: compares, and says which
+    s = json.loads((tmp_path / "same" / "compare.json").read_text())
+    assert s["protocols"] == {"clip-foil": "t2i-audit"}
+    assert "judge protocol clip-foil: <b>t2i-audit</b>" in (tmp_path / "same" / "index.html").read_text()

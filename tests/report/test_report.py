@@ -177,3 +177,47 @@ def test_gallery_cap_keeps_every_failed_category(monkeypatch, run_dir, tmp_path)
     cards = re.findall(r'<article class="card" data-category="([^"]+)"', page)
     assert len(cards) == 6 and set(cards) == {"color_binding", "spatial", "counting"}
     assert "6 of " in page
+
+
+def _declined_run(root: Path) -> Path:
+    """A run whose only scorer (named as the mini world's pixel judge) declined every question: the state of
+    `run --model mini --prompts <geneval import>` (COCO objects are no mini-world shape)."""
+    run = make_run(root, prompts=make_prompts(n_binding=3, n_rel=2, n_count=1), scorers=("mini-pixel",),
+                   probes=False, black=0)
+    path = RunDir(run).scores("mini-pixel")
+    recs = list(read_jsonl(path))
+    for r in recs:
+        r["verdict"], r["failures"] = None, []
+        if r["kind"] == "question":
+            r["value"] = None
+            r["extra"] = {**(r.get("extra") or {}), "unsupported": True, "kind": r["extra"].get("kind", "exists")}
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return run
+
+
+def test_report_says_scoring_ran_and_what_was_declined(tmp_path):
+    run = _declined_run(tmp_path / "run")
+    n = sum(1 for r in read_jsonl(RunDir(run).scores("mini-pixel")) if r["kind"] == "question")
+    html = render_report(run, progress=False).read_text()
+    text = re.sub(r"<[^>]+>", "", html)
+    assert "Scoring: not run" not in text and "run `t2i-audit score RUN`" not in text
+    assert "Scoring ran, but gave no verdict." in text
+    assert f"mini-pixel declined {n} of {n} questions (" in text
+    assert "Declined questions" in text
+
+
+def test_run_command_warns_when_most_questions_are_unsupported(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from t2i_audit import api
+    from t2i_audit.cli import app
+
+    run = _declined_run(tmp_path / "run")
+    n = sum(1 for r in read_jsonl(RunDir(run).scores("mini-pixel")) if r["kind"] == "question")
+    (tmp_path / "p.jsonl").write_text((Path(run) / "prompts.jsonl").read_text())
+    monkeypatch.setattr(api, "run_audit", lambda cfg, progress=True: Path(run))  # the stages themselves: elsewhere
+    res = CliRunner().invoke(app, ["run", "--model", "mini", "--prompts", str(tmp_path / "p.jsonl"), "--out",
+                                   str(tmp_path / "x")])
+    assert res.exit_code == 0, res.output
+    assert f"most questions went unanswered (unsupported, not failed): mini-pixel declined {n} of {n}" in res.output
+    assert "qwen3-vl-8b" in res.output and "geneval2" in res.output  # scorers that answer them
