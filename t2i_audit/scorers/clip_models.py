@@ -26,15 +26,22 @@ CHECKPOINT_NAMES = ("model.safetensors", "open_clip_model.safetensors", "open_cl
 
 
 def torch_dtype(name: str | None, device: str):
+    """A card's ``dtype`` as a torch dtype. ``auto`` (and a missing dtype): float16 on CUDA, float32
+    elsewhere — what OpenAI's ``clip.load`` does (its build_model converts to fp16, ``.float()`` on CPU)."""
     import torch
 
-    if not name:
+    if not name or name == "auto":
         return torch.float16 if str(device).startswith("cuda") else torch.float32
     try:
         return {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
                 "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}[name]
     except KeyError:
-        raise AuditError(f"scorer card: unknown dtype {name!r} (float32|float16|bfloat16)") from None
+        raise AuditError(f"scorer card: unknown dtype {name!r} (float32|float16|bfloat16|auto)") from None
+
+
+def model_dtype(model_cfg: Mapping[str, Any], device: str):
+    """The dtype a card's model section (``model`` or ``options.attribute_model``) loads in on ``device``."""
+    return torch_dtype(model_cfg.get("dtype"), device)
 
 
 def _register_open_clip_config(name: str, config_path: str) -> None:
@@ -201,7 +208,7 @@ class ClipModel:
 
 def load_clip(model_cfg: Mapping[str, Any], device: str = "cpu") -> ClipModel:
     backend = model_cfg.get("backend", "open_clip")
-    dtype = torch_dtype(model_cfg.get("dtype"), device)
+    dtype = model_dtype(model_cfg, device)
     mid = str(model_cfg.get("id"))
     if backend == "open_clip":
         from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing

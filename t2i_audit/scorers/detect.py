@@ -68,6 +68,18 @@ def relative_position(a: Sequence[float], b: Sequence[float], threshold: float =
     return out
 
 
+def in_image(box: Sequence[float], width: int, height: int) -> list[float] | None:
+    """``box`` clipped to the image, or ``None`` when its centre lies outside it. OWLv2's processor
+    pads an image bottom/right to a square before resizing (transformers
+    ``Owlv2ImageProcessor.pad`` / ``_scale_boxes``: boxes are scaled by the longer side), so a box
+    centred in that padding describes the padding, not an object: it is dropped, never clamped
+    onto the image edge where it would count."""
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    if not (0 <= cx <= width and 0 <= cy <= height):
+        return None
+    return [min(max(v, 0.0), lim) for v, lim in zip(box, (width, height, width, height))]
+
+
 class DetectionScorer(QuestionScorer):
     family = "detect"
 
@@ -75,13 +87,13 @@ class DetectionScorer(QuestionScorer):
     def load_model(self) -> None:
         import transformers
 
-        from .clip_models import torch_dtype
+        from .clip_models import model_dtype
 
         m = self.resolved_model()
         kw = {} if m.get("local") else {"revision": m.get("revision") or None}
         self.processor = transformers.AutoProcessor.from_pretrained(m["id"], **kw)
         self.model = transformers.AutoModelForZeroShotObjectDetection.from_pretrained(
-            m["id"], dtype=torch_dtype(m.get("dtype"), self.device), **kw).to(self.device).eval()
+            m["id"], dtype=model_dtype(m, self.device), **kw).to(self.device).eval()
         self._clip = None
 
     def _attribute_clip(self):
@@ -131,10 +143,9 @@ class DetectionScorer(QuestionScorer):
                 names = [labs[int(i)] for i in r["labels"]]
             det: dict[str, list] = {lab: [] for lab in labs}
             for name, box, score in zip(names, r["boxes"].tolist(), r["scores"].tolist()):
-                if name is not None:  # clip to the image (OWLv2 boxes live on the padded square)
-                    x0, y0, x1, y1 = (min(max(v, 0.0), lim) for v, lim in
-                                      zip(box, (im.width, im.height, im.width, im.height)))
-                    det[name].append([x0, y0, x1, y1, float(score)])
+                kept = in_image(box, im.width, im.height)
+                if name is not None and kept is not None:
+                    det[name].append([*kept, float(score)])
             out.append(det)
         return out
 

@@ -25,12 +25,24 @@ Rules transcribed from djghosh13/geneval ``evaluation/evaluate_images.py`` (comm
   GenEval checks a position only once subject and target passed their colour checks; here the
   questions are judged apart, and the prompt verdict (all pass) is the same.
 
-Instances come from transformers' own ``Mask2FormerImageProcessor.post_process_instance_segmentation``
-(image_processing_mask2former.py: top-k over queries × classes, score = class probability × mean
-mask probability inside the binary mask, the same formula as mmdet's
-``MaskFormerFusionHead.instance_postprocess``); boxes from the binary masks as mmdet's
-``mask2bbox`` (``[x_min, y_min, x_max + 1, y_max + 1]``). One image per forward, so the processor
-never pads (its post-processing ignores padding).
+Detection as mmdet 2.x ran it for GenEval (README: mmdetection branch 2.x; config
+``configs/mask2former/mask2former_r50_lsj_8x2_50e_coco.py``, which the Swin-S config inherits;
+``MaskFormerHead.simple_test``, ``MaskFormerFusionHead.simple_test`` / ``instance_postprocess``),
+not as transformers' processor does it:
+
+* input: ``Resize(img_scale=(1333, 800), keep_ratio=True)`` (mmcv ``rescale_size``:
+  ``int(side * factor + 0.5)``, :func:`mmdet_resize_hw`), then ``Pad(size_divisor=32)`` with zeros
+  after ``Normalize`` at the bottom/right. transformers' ``Mask2FormerImageProcessor.resize``
+  (image_processing_mask2former.py, 5.x) instead *stretches* to the next multiple of 32 and
+  floors the side (``get_size_with_aspect_ratio``), so the processor is called with the exact
+  size and ``size_divisor=0`` and the padding is added here;
+* output (:func:`mmdet_instances`): mask logits upsampled BILINEARLY to the padded input, the
+  padding cropped off, upsampled BILINEARLY to the original image; then top-100 over queries ×
+  classes, binary mask = logit > 0, score = class probability × mean mask probability inside it,
+  all at the original resolution. transformers' ``post_process_instance_segmentation`` resizes
+  every mask to 384², scores there, then resizes the binary mask NEAREST to ``target_sizes``,
+  padding included — masks shifted and blocky on non-square images, scores from another grid.
+Boxes from the binary masks as mmdet's ``mask2bbox`` (``[x_min, y_min, x_max + 1, y_max + 1]``).
 
 GenEval knows the 80 COCO classes only: a question about another object, a colour outside
 ``COLORS``, a non-colour attribute or a non-spatial relation gets no answer (``extra.unsupported``),
@@ -139,6 +151,37 @@ def color_classifier(clip, object_name: str, colors: Sequence[str] = COLORS,
     return torch.stack(cols, dim=1)
 
 
+def mmdet_resize_hw(height: int, width: int, scale: Sequence[int] = (1333, 800)) -> tuple[int, int]:
+    """mmcv ``rescale_size`` (keep_ratio Resize): the largest size within ``scale`` (long, short
+    edge), each side ``int(side * factor + 0.5)``; returns (height, width)."""
+    factor = min(max(scale) / max(height, width), min(scale) / min(height, width))
+    return int(height * factor + 0.5), int(width * factor + 0.5)
+
+
+def mmdet_instances(class_logits, mask_logits, input_hw, resized_hw, image_hw, max_per_image: int = 100):
+    """mmdet 2.x Mask2Former instance post-processing for one image: ``(labels, scores, binary masks)``.
+
+    ``class_logits`` (Q, C + 1), ``mask_logits`` (Q, h, w) at 1/4 of the padded input ``input_hw``;
+    ``resized_hw`` the image inside it, ``image_hw`` the original. ``MaskFormerHead.simple_test``
+    upsamples to the padded input, ``MaskFormerFusionHead.simple_test`` crops the padding and
+    upsamples to the original (both bilinear, align_corners=False), ``instance_postprocess``
+    takes the top ``max_per_image`` (query, class) pairs and scores each at the original size.
+    Interpolation is per query, so only the selected queries are upsampled.
+    """
+    import torch.nn.functional as F
+
+    n_cls = class_logits.shape[-1] - 1
+    scores = class_logits.softmax(-1)[:, :-1].flatten()
+    top, idx = scores.topk(min(max_per_image, scores.numel()))
+    labels, queries = idx % n_cls, idx // n_cls
+    m = F.interpolate(mask_logits[queries][None], size=tuple(input_hw), mode="bilinear", align_corners=False)[0]
+    m = m[:, :resized_hw[0], :resized_hw[1]]
+    m = F.interpolate(m[None], size=tuple(image_hw), mode="bilinear", align_corners=False)[0]
+    binary = m > 0
+    mask_scores = (m.sigmoid() * binary).flatten(1).sum(1) / (binary.flatten(1).sum(1) + 1e-6)
+    return labels, top * mask_scores, binary
+
+
 def coco_class(name: str, aliases: Mapping[str, str] | None = None) -> str | None:
     """GenEval's class for an object name (its own name, or a card alias), ``None`` if not COCO."""
     key = " ".join(str(name).lower().split())
@@ -160,13 +203,13 @@ class GenEvalScorer(QuestionScorer):
         import transformers
 
         from ..errors import AuditError
-        from .clip_models import torch_dtype
+        from .clip_models import model_dtype
 
         m = self.resolved_model()
         kw = {} if m.get("local") else {"revision": m.get("revision") or None}
         self.processor = transformers.AutoImageProcessor.from_pretrained(m["id"], **kw)
         self.model = transformers.Mask2FormerForUniversalSegmentation.from_pretrained(
-            m["id"], dtype=torch_dtype(m.get("dtype"), self.device), **kw).to(self.device).eval()
+            m["id"], dtype=model_dtype(m, self.device), **kw).to(self.device).eval()
         n = int(self.model.config.num_labels)
         if n != len(COCO_CLASSES):
             raise AuditError(f"scorer {self.name!r}: {m['id']} predicts {n} classes; GenEval's rules need "
@@ -194,28 +237,34 @@ class GenEvalScorer(QuestionScorer):
     # --- model calls (override to inject) ---------------------------------------------------
     def segment(self, images: Sequence) -> list[list[dict]]:
         """For each image, its instances ``{class, label_id, score, box, mask}`` (mask: (H, W) bool
-        numpy), from transformers' own instance post-processing, boxes from masks (mmdet)."""
+        numpy), detected and post-processed as mmdet 2.x did for GenEval (module docstring)."""
         import torch
 
         floor = min(self.threshold("score"), self.threshold("counting_score"))
-        size = self.options.get("image_size")
+        size = self.options.get("image_size") or self.processor.size
+        edge = {k: (size.get(k) if isinstance(size, Mapping) else getattr(size, k, None))
+                for k in ("shortest_edge", "longest_edge")}
+        div = int(getattr(self.processor, "size_divisor", 32) or 1)
         out = []
-        for im in images:  # one at a time: no padding, whose region the post-processing would keep
-            enc = self.processor(images=im.convert("RGB"), return_tensors="pt", **({"size": size} if size else {}))
-            enc = enc.to(self.device)
-            enc["pixel_values"] = enc["pixel_values"].to(self.model.dtype)
-            with torch.no_grad():
-                res = self.model(**enc)
-            res.class_queries_logits = res.class_queries_logits.float()
-            res.masks_queries_logits = res.masks_queries_logits.float()
-            r = self.processor.post_process_instance_segmentation(
-                res, threshold=floor, target_sizes=[(im.height, im.width)], return_binary_maps=True)[0]
+        for im in images:  # one at a time: each image padded only to its own multiple of 32
+            im = im.convert("RGB")
+            h, w = (mmdet_resize_hw(im.height, im.width, (edge["longest_edge"], edge["shortest_edge"]))
+                    if all(edge.values()) else (None, None))
+            kw = {"size": {"height": h, "width": w}} if h else {"size": size}
+            px = self.processor(images=im, return_tensors="pt", size_divisor=0, **kw)["pixel_values"]
+            h, w = px.shape[-2:]
+            pad_h, pad_w = -h % div, -w % div
+            px = torch.nn.functional.pad(px, (0, pad_w, 0, pad_h))  # zeros after Normalize, as mmdet Pad
+            with torch.no_grad():  # no pixel_mask: mmdet's MSDeformAttnPixelDecoder ignores padding too
+                res = self.model(pixel_values=px.to(self.device, self.model.dtype))
+            labels, scores, masks = mmdet_instances(
+                res.class_queries_logits[0].float(), res.masks_queries_logits[0].float(),
+                (h + pad_h, w + pad_w), (h, w), (im.height, im.width))
             insts = []
-            if r["segments_info"]:
-                maps = r["segmentation"].bool().cpu().numpy()
-                for seg, m in zip(r["segments_info"], maps):
-                    insts.append({"class": COCO_CLASSES[seg["label_id"]], "label_id": int(seg["label_id"]),
-                                  "score": float(seg["score"]), "box": mask_to_box(m), "mask": m})
+            for lab, sc, m in zip(labels.tolist(), scores.tolist(), masks.cpu().numpy()):
+                if sc >= floor and m.any():
+                    insts.append({"class": COCO_CLASSES[lab], "label_id": int(lab), "score": float(sc),
+                                  "box": mask_to_box(m), "mask": m})
             out.append(insts)
         return out
 

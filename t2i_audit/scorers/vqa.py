@@ -15,6 +15,7 @@ probabilities. The decision layer is :meth:`YesNoScorer.yes_no` — override it 
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from ..errors import AuditError
@@ -69,23 +70,58 @@ class YesNoScorer(QuestionScorer):
     def _load_hf(self, model_cls_name: str):
         import transformers
 
-        from .clip_models import torch_dtype
+        from .clip_models import model_dtype
 
         m = self.resolved_model()
         kw = {} if m.get("local") else {"revision": m.get("revision") or None}
         cls = getattr(transformers, model_cls_name)
         self.processor = transformers.AutoProcessor.from_pretrained(m["id"], **kw)
-        self.model = cls.from_pretrained(m["id"], dtype=torch_dtype(m.get("dtype"), self.device),
+        self.model = cls.from_pretrained(m["id"], dtype=model_dtype(m, self.device),
                                          **kw).to(self.device).eval()
         self.tokenizer = self.processor.tokenizer
 
 
+def blip_question(text: str, max_words: int = 50) -> str:
+    """T2I-CompBench's ``pre_question`` (BLIPvqa_eval/data/utils.py): lower-cased, ``.!"()*#:;~``
+    removed, trailing spaces stripped, at most 50 words."""
+    q = re.sub(r'([.!"()*#:;~])', "", text.lower()).rstrip(" ")
+    return " ".join(q.split(" ")[:max_words])
+
+
 class BlipVqaScorer(YesNoScorer):
+    """T2I-CompBench's BLIP-VQA (Karine-Huang/T2I-CompBench @1b70949, BLIPvqa_eval/models/blip_vqa.py,
+    ``inference='vqa_prob'``; config BLIPvqa_eval/configs/vqa.yaml) on transformers' BLIP:
+
+    * the question is tokenised with ``max_length=35`` (``options.max_question_tokens``) and its
+      first token ([CLS]) replaced by ``[ENC]`` (``question.input_ids[:, 0] = enc_token_id``);
+      transformers' ``BlipForQuestionAnswering`` feeds [CLS] unchanged;
+    * the image is resized to ``image_size: 480`` (``options.image_size``; transformers'
+      blip-vqa-base processor uses 384: its conversion loaded the 480-px VQA checkpoint at 384,
+      interpolating the position embeddings, which are interpolated back here, bicubic as BLIP's
+      ``interpolate_pos_embed``);
+    * P(yes) / (P(yes) + P(no)) of the decoder's first token after [DEC], the question's own
+      attention mask over the question states (as ``vqa_prob``).
+    """
+
     def load_model(self) -> None:
         self._load_hf("BlipForQuestionAnswering")
         opt = self.card.get("options") or {}
         self.yes_ids = self._token_ids(self.tokenizer, opt.get("yes_tokens", ["yes"]))
         self.no_ids = self._token_ids(self.tokenizer, opt.get("no_tokens", ["no"]))
+        self.enc_id = self._enc_token_id()
+
+    def _enc_token_id(self) -> int:
+        """BLIP's ``init_tokenizer`` (models/blip.py): bert-base-uncased + bos ``[DEC]`` + additional
+        special ``[ENC]``; a checkpoint tokenizer without them gets them added in that order."""
+        tok, vocab = self.tokenizer, self.tokenizer.get_vocab()
+        if "[DEC]" not in vocab:
+            tok.add_special_tokens({"bos_token": "[DEC]"})
+        if "[ENC]" not in vocab:
+            tok.add_special_tokens({"additional_special_tokens": ["[ENC]"]}, replace_extra_special_tokens=False)
+        enc = tok.convert_tokens_to_ids("[ENC]")
+        if enc >= int(self.model.config.text_config.vocab_size):
+            raise AuditError(f"scorer {self.name!r}: [ENC] (id {enc}) is outside the text model's vocabulary")
+        return int(enc)
 
     def yes_no(self, pairs):
         import torch
@@ -96,17 +132,23 @@ class BlipVqaScorer(YesNoScorer):
             if id(im) not in index:
                 index[id(im)] = len(images)
                 images.append(im)
-        texts = [t for _, t in pairs]
+        texts = [blip_question(t) for _, t in pairs]
         tok = self.tokenizer
         m = self.model
-        max_len = min(int(getattr(tok, "model_max_length", 512) or 512),
+        opt = self.card.get("options") or {}
+        max_len = min(int(opt.get("max_question_tokens", 35)), int(getattr(tok, "model_max_length", 512) or 512),
                       int(m.config.text_config.max_position_embeddings))
         trunc = [len(tok(t)["input_ids"]) > max_len for t in texts]
+        size = opt.get("image_size")
         with torch.no_grad():
-            px = self.processor.image_processor(images=images, return_tensors="pt")["pixel_values"]
-            img = m.vision_model(pixel_values=px.to(self.device, m.dtype))[0]
+            px = self.processor.image_processor(images=images, return_tensors="pt",
+                                                **({"size": {"height": size, "width": size}} if size else {}))
+            px = px["pixel_values"].to(self.device, m.dtype)
+            img = m.vision_model(pixel_values=px, interpolate_pos_encoding=True)[0]  # no-op at the trained size
             img = img[torch.tensor([index[id(im)] for im, _ in pairs], device=img.device)]
-            enc = tok(texts, padding=True, truncation=True, max_length=max_len, return_tensors="pt").to(self.device)
+            enc = tok(texts, padding="longest", truncation=True, max_length=max_len,
+                      return_tensors="pt").to(self.device)
+            enc["input_ids"][:, 0] = self.enc_id
             img_mask = torch.ones(img.shape[:-1], dtype=torch.long, device=img.device)
             q = m.text_encoder(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                                encoder_hidden_states=img, encoder_attention_mask=img_mask,

@@ -87,11 +87,13 @@ def blip_vqa_model(folder: Path) -> dict:
     from transformers import (BlipConfig, BlipForQuestionAnswering, BlipImageProcessor,
                               BlipProcessor)
 
-    tok = bert_tokenizer()
+    tok = bert_tokenizer()  # + BLIP's init_tokenizer tokens: bos [DEC] (decoder start), [ENC] (question start)
+    tok.add_special_tokens({"bos_token": "[DEC]"})
+    tok.add_special_tokens({"additional_special_tokens": ["[ENC]"]}, replace_extra_special_tokens=False)
     torch.manual_seed(0)
     text = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=37, num_attention_heads=2,
                 num_hidden_layers=1, encoder_hidden_size=32, max_position_embeddings=64,
-                bos_token_id=tok.cls_token_id, sep_token_id=tok.sep_token_id, pad_token_id=tok.pad_token_id)
+                bos_token_id=tok.bos_token_id, sep_token_id=tok.sep_token_id, pad_token_id=tok.pad_token_id)
     vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37,
                   num_attention_heads=2, num_hidden_layers=1)
     BlipForQuestionAnswering(BlipConfig(text_config=text, vision_config=vision)).save_pretrained(folder)
@@ -417,6 +419,7 @@ KINDS = {"open_clip": open_clip_model, "clip": hf_clip_model, "blip": blip_vqa_m
 KINDS["mask2former"] = mask2former_model  # GenEval's detector (scorers/geneval.py)
 KINDS.update(internvl=internvl_model, gemma3=gemma3_model, llava_onevision=llava_onevision_model)  # VLM judges
 VERSION = "v1"
+BUILDS = {"blip": 2}  # bumped when a twin changes within VERSION: older folders are rebuilt (2: BLIP's [DEC]/[ENC])
 
 
 def tiny_root() -> Path:
@@ -439,18 +442,25 @@ def materialize(kind: str, root: Path | None = None) -> dict:
     folder = root / f"{kind}-{VERSION}"
     done = folder / "model.json"
     if done.exists():
-        return json.loads(done.read_text())
+        cfg = json.loads(done.read_text())
+        if cfg.pop("build", 1) == BUILDS.get(kind, 1):
+            return cfg
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{kind}.", dir=root))
     try:
         KINDS[kind](tmp / "m", **({"name": "tiny-open-clip"} if kind == "open_clip" else {}))
+        if done.exists():  # an older build: set aside (removed with tmp)
+            try:
+                os.replace(folder, tmp / "stale")
+            except OSError:  # already swapped by another process
+                pass
         try:
             os.replace(tmp / "m", folder)
         except OSError:  # built concurrently by another process: use theirs
             if not done.exists():
                 raise
         cfg = _model_cfg(kind, folder)
-        (folder / "model.json").write_text(json.dumps(cfg))
+        (folder / "model.json").write_text(json.dumps({**cfg, "build": BUILDS.get(kind, 1)}))
         return cfg
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
