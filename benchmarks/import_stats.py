@@ -7,7 +7,9 @@ The files are not shipped (licence); fetch them and point this script at them:
         [--dpg-prompts ELLA/dpg_bench/prompts] [--sample 50 --seed 0 --markdown]
 
 ``--dpg-prompts`` runs the grammar on DPG-Bench's free-text prompts (one .txt per prompt), for when
-the CSV with their DSG questions is not at hand.
+the CSV with their DSG questions is not at hand. ``--questions-by CARD`` (cards/questioners.yaml) then
+has that LLM write DSG questions for the prompts the grammar declined (``--questions-limit N``: the
+first N), and reports how many got questions, why the rest fell back, questions a prompt and seconds.
 
 Prints, per file: records, parsed, the share parsed, why the rest was declined, and with
 ``--sample`` a fixed-seed random sample of records with their parse, for reading.
@@ -16,6 +18,7 @@ Prints, per file: records, parsed, the share parsed, why the rest was declined, 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -68,6 +71,64 @@ def free_text_stats(folder: Path) -> dict:
             "share": p / n if n else 0.0, "with_whole": 0, "declined": reasons.most_common()}
 
 
+def question_stats(folder: Path, card: str, limit: int = 0) -> dict:
+    """An LLM's DSG questions for DPG-Bench's free-text prompts, as `prompts import --questions-by` writes them."""
+    import time
+
+    from t2i_audit.importers.llm_questions import LlmQuestioner, generate_questions, questioner_card
+    from t2i_audit.importers.records import make_record
+
+    files = sorted(folder.glob("*.txt"))[:limit or None]
+    recs = [make_record("dpg-prompts", "dpg", " ".join(f.read_text(encoding="utf-8").split()), [], [],
+                        where=(f.name, 1), reason="free text") for f in files]
+    q = LlmQuestioner(questioner_card(card)).load()
+    t0 = time.perf_counter()
+    out = generate_questions(recs, q, progress=True)
+    got = [r for r in recs if r["questions_by"]["status"] == "generated"]
+    kinds = Counter(x["kind"] for r in got for x in r["questions"])
+    return {**out, "seconds_a_prompt": (time.perf_counter() - t0) / max(len(recs), 1),
+            "questions_a_prompt": sum(len(r["questions"]) for r in got) / max(len(got), 1), "kinds": dict(kinds),
+            "with_dependencies": sum(1 for r in got for x in r["questions"] if x["depends_on"]),
+            "generator": q.identity}
+
+
+NOTE_KINDS = ("not of the form", "no question", "question without ?", "same question as", "no dependency line",
+              "not another question or closing a cycle")
+
+
+def dsg_replay(path: Path) -> dict:
+    """DSG-1k's published questions (j-min/DSG dsg/data/dsg-1k-anns.csv, PaLM 2 output) written back
+    as the three `id | …` answers an LLM gives, then parsed and built exactly as for an LLM: what the
+    parser keeps, and how the tuples type (exists / attribute / count / relation / other)."""
+    from t2i_audit.importers import dsg
+    from t2i_audit.importers.dpg import dsg_record
+    from t2i_audit.safeload import csv_dict_rows
+
+    _, rows = csv_dict_rows(path.read_text(encoding="utf-8"), str(path))
+    items: dict = {}
+    for _, r in rows:
+        items.setdefault(r["item_id"], []).append(r)
+    kinds, notes, failed, props, kept, deps_in, deps_out = Counter(), Counter(), Counter(), 0, 0, 0, 0
+    for item, rs in items.items():
+        lines = {k: "\n".join(f"{r['proposition_id']} | {r[c]}" for r in rs)
+                 for k, c in (("t", "tuple"), ("q", "question_natural_language"), ("d", "dependency"))}
+        props += len(rs)
+        deps_in += sum(len(dsg.parse_dependencies(r["dependency"])) for r in rs)
+        n: list = []
+        try:
+            out = dsg.assemble(dsg.parse_tuples(lines["t"], n), lines["q"], lines["d"], n)
+        except dsg.DsgError as e:
+            failed[str(e)] += 1
+            continue
+        kept += len(out)
+        deps_out += sum(len(r["deps"]) for r in out)
+        notes.update(next((k for k in NOTE_KINDS if k in x), x) for x in n)
+        rec = dsg_record("dsg-1k", "dsg", rs[0]["text"], out, template="dsg", where=(path.name, 0))
+        kinds.update(q["kind"] for q in rec["questions"])
+    return {"items": len(items), "propositions": props, "kept": kept, "dependencies": deps_in,
+            "dependencies_kept": deps_out, "failed": dict(failed), "kinds": dict(kinds), "notes": dict(notes.most_common(12))}
+
+
 def _reason(s: str) -> str:
     for key in ("unknown word", "no rule for the word", "unsupported character"):
         if s.startswith(key):
@@ -81,6 +142,9 @@ def main() -> None:
     ap.add_argument("--geneval", type=Path, help="GenEval prompts/evaluation_metadata.jsonl")
     ap.add_argument("--dpg", type=Path, help="DPG-Bench dpg_bench/dpg_bench.csv")
     ap.add_argument("--dpg-prompts", type=Path, help="DPG-Bench dpg_bench/prompts folder (free text)")
+    ap.add_argument("--dsg-anns", type=Path, help="j-min/DSG dsg/data/dsg-1k-anns.csv: replay its questions through the parser")
+    ap.add_argument("--questions-by", help="question generator card for the --dpg-prompts (cards/questioners.yaml)")
+    ap.add_argument("--questions-limit", type=int, default=0, help="only the first N prompts (0: all)")
     ap.add_argument("--sample", type=int, default=0, help="records to list per file for reading")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", action="store_true")
@@ -101,6 +165,10 @@ def main() -> None:
             samples.append((path.name, [(recs[i]["source_line"], recs[i]["text"], describe(recs[i])) for i in pick]))
     if a.dpg_prompts:
         table.append(free_text_stats(a.dpg_prompts))
+    if a.dsg_anns:
+        print(json.dumps(dsg_replay(a.dsg_anns), indent=1))
+    if a.dpg_prompts and a.questions_by:
+        print(json.dumps(question_stats(a.dpg_prompts, a.questions_by, a.questions_limit), indent=1))
     if a.markdown:
         print("| file | records | parsed | share | parsed with a whole-prompt question | declined (why) |")
         print("|---|---|---|---|---|---|")

@@ -10,6 +10,10 @@ docstring cites the benchmark's own files that define the format):
   accounts for every word of a line or declines it (word classes: :mod:`.vocab`, :mod:`.lexicon`);
 * ``dpg`` — :mod:`.dpg`, ``dpg_bench.csv`` grouped by item_id with DSG dependencies.
 
+Prompts the grammar declines can get DSG questions from an LLM at import time
+(``prompts import --questions-by CARD``): :mod:`.llm_questions` (model, cards/questioners.yaml),
+:mod:`.dsg` (the method's prompts and parsing); records are built by :func:`.dpg.dsg_record`.
+
 :mod:`.records` builds the records (slots, spans, objects, relations, questions with
 dependencies) the way :func:`t2i_audit.prompts.build_structure` does for suites. Every record
 carries ``source`` (the format), ``source_file``, ``source_line`` and ``parsed``. Ids are

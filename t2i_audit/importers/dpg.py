@@ -65,28 +65,43 @@ def import_dpg(path: Path, **_) -> list[dict]:
 
 
 def _dpg_record(path: Path, item_id: str, it: dict) -> dict:
-    """Entities (``entity - whole (X)``) become objects; attribute/count/spatial-relation tuples
-    about them become typed questions; every other tuple stays a question of kind ``other``
-    that a VQA scorer answers from its text."""
     pids = {r["pid"] for r in it["rows"]}
     for r in it["rows"]:
         bad = [d for d in r["deps"] if d not in pids]
         if bad:
             raise AuditError(f"{path}:{r['line']}: item {item_id!r} proposition {r['pid']} depends on "
                              f"{', '.join(map(str, bad))}, not a proposition of this item")
+    rows = [{"pid": r["pid"], "deps": r["deps"], "tuple": r["row"]["tuple"],
+             "question": r["row"]["question_natural_language"], "category_broad": r["row"].get("category_broad"),
+             "category_detailed": r["row"].get("category_detailed")} for r in it["rows"]]
+    rec = dsg_record("dpg", "dpg", it["text"], rows, template="dpg", where=(path.name, it["line"]),
+                     extra={"source_item": item_id})
+    rec["id"] = stable_id("dpg", "dpg", item_id + "\x1f" + it["text"])
+    return rec
+
+
+def dsg_record(source: str, category: str, text: str, rows: list[dict], *, template: str,
+               where: tuple[str, int], extra: dict | None = None) -> dict:
+    """A PromptRecord from DSG propositions (DPG-Bench's CSV rows, or an LLM's DSG output:
+    importers/llm_questions.py). ``rows``: ``[{"pid", "deps" (pids, no 0), "tuple", "question",
+    "category_broad"?, "category_detailed"?}]``, dependencies already checked.
+
+    Entities (``entity - whole (X)``) become objects; attribute/count/spatial-relation tuples
+    about them become typed questions; every other tuple stays a question of kind ``other``
+    that a VQA scorer answers from its text."""
     objects, index = [], {}
-    for r in it["rows"]:
-        t = _parse_tuple(r["row"]["tuple"])
+    for r in rows:
+        t = _parse_tuple(r["tuple"])
         if t and t[0] == "entity" and t[1] == "whole" and t[2] and t[2][0] and t[2][0].lower() not in index:
             index[t[2][0].lower()] = len(objects)
             objects.append({"name": t[2][0], "count": 1, "attributes": {}})
     questions, relations = [], []
-    for r in sorted(it["rows"], key=lambda x: x["pid"]):
-        row, t = r["row"], _parse_tuple(r["row"]["tuple"])
-        q = {"id": f"q{r['pid']}", "kind": "other", "text": row["question_natural_language"],
-             "depends_on": [f"q{d}" for d in r["deps"]], "tuple": row["tuple"],
-             "category_broad": row.get("category_broad") or (t[0] if t else None),
-             "category_detailed": row.get("category_detailed") or (t[1] if t else None)}
+    for r in sorted(rows, key=lambda x: x["pid"]):
+        t = _parse_tuple(r["tuple"])
+        q = {"id": f"q{r['pid']}", "kind": "other", "text": r["question"],
+             "depends_on": [f"q{d}" for d in r["deps"]], "tuple": r["tuple"],
+             "category_broad": r.get("category_broad") or (t[0] if t else None),
+             "category_detailed": r.get("category_detailed") or (t[1] if t else None)}
         args = [a.lower() for a in t[2]] if t else []
         if t and t[0] == "entity" and t[1] == "whole" and args and args[0] in index:
             q.update(kind="exists", object=f"o{index[args[0]] + 1}")
@@ -103,8 +118,8 @@ def _dpg_record(path: Path, item_id: str, it: dict) -> dict:
             q.update(kind="relation", subject=f"o{index[args[0]] + 1}", object=f"o{index[args[1]] + 1}",
                      family="spatial", value=t[2][2], relation=len(relations) - 1)
         questions.append(q)
-    rec = make_record("dpg", "dpg", it["text"], objects, relations, template="dpg", where=(path.name, it["line"]),
-                      questions=questions, extra={"source_item": item_id})
+    rec = make_record(source, category, text, objects, relations, template=template, where=where,
+                      questions=questions, extra=extra)
     # point typed questions at their slots (make_record names them)
     by_id = {o["id"]: o for o in rec["objects"]}
     for q in rec["questions"]:
@@ -112,5 +127,4 @@ def _dpg_record(path: Path, item_id: str, it: dict) -> dict:
             q["slot"] = by_id[q["object"]]["attribute_slots"][q["family"]]
         elif q["kind"] == "relation":
             q["slot"] = rec["relations"][q.pop("relation")]["slot"]
-    rec["id"] = stable_id("dpg", "dpg", item_id + "\x1f" + it["text"])
     return rec

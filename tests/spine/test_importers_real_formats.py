@@ -171,3 +171,35 @@ def test_detection_scorer_declines_a_depth_relation(tmp_path):
     q, pr = score(tmp_path, rec, Image.new("RGB", (64, 64), "white"), boxes)
     assert (q["q0"]["verdict"], q["q1"]["verdict"]) == (True, True)
     assert q["q2"]["extra"]["unsupported"] is True and q["q2"]["verdict"] is None
+
+
+def test_dsg1k_rows_import_as_dpg_and_type_like_llm_output(tmp_path):
+    """Rows as DSG-1k writes them (j-min/DSG 7330119 dsg/data/dsg-1k-anns.csv, the format DPG-Bench's CSV
+    shares): ``global - - (…)``, ``entity - part``, ``other - text rendering``, a parent declared later
+    ("background"). The DPG importer and the LLM path (dsg.assemble → dpg.dsg_record) build the same
+    questions from them."""
+    from t2i_audit.importers import dsg
+
+    head = "item_id,text,keywords,proposition_id,dependency,category_broad,category_detailed,tuple,question_natural_language\n"
+    text = 'A photo of a red sign saying "open", a tent in the background.'
+    props = [(1, "0", "global - - (photo)", "Is this a photo?"), (2, "0", "entity - whole (sign)", "Is there a sign?"),
+             (3, "2", "attribute - color (sign, red)", "Is the sign red?"),
+             (4, "2", 'other - text rendering (sign, "open")', 'Does the sign say "open"?'),
+             (5, "0", "entity - whole (tent)", "Is there a tent?"),
+             (6, "5,7", "relation - spatial (tent, background, in)", "Is the tent in the background?"),
+             (7, "0", "entity - whole (background)", "Is there a background?")]
+    f = tmp_path / "dpg.csv"
+    f.write_text(head + "".join(f'd1,"{text.replace(chr(34), chr(34) * 2)}",,{i},"{d}",,,"{t.replace(chr(34), chr(34) * 2)}",'
+                                f'"{q.replace(chr(34), chr(34) * 2)}"\n' for i, d, t, q in props))
+    (rec,) = import_prompts(f, "dpg")
+    got = [(q["id"], q["kind"], q["depends_on"]) for q in rec["questions"]]
+    assert got == [("q1", "other", []), ("q2", "exists", []), ("q3", "attribute", ["q2"]), ("q4", "other", ["q2"]),
+                   ("q5", "exists", []), ("q6", "relation", ["q5", "q7"]), ("q7", "exists", [])]
+    notes = []
+    rows = dsg.assemble(dsg.parse_tuples("\n".join(f"{i} | {t}" for i, _, t, _ in props), notes),
+                        "\n".join(f"{i} | {q}" for i, _, _, q in props),
+                        "\n".join(f"{i} | {d}" for i, d, _, _ in props), notes)
+    assert notes == []
+    assert [(r["pid"], r["deps"], r["category_broad"], r["category_detailed"]) for r in rows][:2] == [
+        (1, [], "global", "-"), (2, [], "entity", "whole")]
+    assert [(f"q{r['pid']}", [f"q{d}" for d in r["deps"]]) for r in rows] == [(g[0], g[2]) for g in got]
