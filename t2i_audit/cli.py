@@ -63,6 +63,13 @@ def run(
     if os.environ.get("RANK", "0") != "0":  # under accelerate/torchrun only the main process reports
         return
     typer.echo(f"run directory: {root}")
+    from .scorers.protocols import unsupported_warning  # "unsupported" is not "not run": say who declined
+
+    from .rundir import RunDir
+
+    warning = unsupported_warning(RunDir(root).scores_dir)
+    if warning:
+        typer.echo(warning, err=True)
     report = Path(root) / "report" / "index.html"
     if report.exists():
         typer.echo(f"report: {report}")
@@ -125,10 +132,13 @@ def prompts_show(file: Path = typer.Argument(...), limit: int = typer.Option(5, 
 
 @prompts_app.command("export")
 def prompts_export(files: List[Path] = typer.Argument(...), out: Path = typer.Option(..., "--out", "-o"),
-                   limit: Optional[int] = typer.Option(None), seed: int = typer.Option(0)):
+                   limit: Optional[int] = typer.Option(None), seed: int = typer.Option(0),
+                   force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise).")):
     """Expand suites to a JSONL file of PromptRecords."""
     from .api import export_prompts
+    from .rundir import claim_output_file
 
+    claim_output_file(out, force=force)
     n = export_prompts([str(f) for f in files], out, limit, seed)
     typer.echo(f"wrote {n} prompts to {out}")
 
@@ -151,18 +161,28 @@ def prompts_import(
     out: Path = typer.Option(..., "--out", "-o", help="PromptRecords JSONL; use it with `run --prompts`."),
     category: Optional[str] = typer.Option(None, help="T2I-CompBench category when the file name does not tell it."),
     vocab: Optional[List[Path]] = typer.Option(None, "--vocab", help="Extra suite YAML whose attribute lists the T2I-CompBench grammar knows."),
+    questions_by: Optional[str] = typer.Option(None, "--questions-by", help="Question generator (cards/questioners.yaml: qwen3-8b, tiny-llm; NAME=PATH for a local copy of its model): an LLM writes DSG questions with dependencies for the prompts the grammar declines, once, into the records."),
 ):
     """Import GenEval, T2I-CompBench or DPG-Bench prompts as PromptRecords (slots, questions, categories)."""
     from .importers import import_prompts, parse_summary
     from .rundir import atomic_write_jsonl
 
+    if questions_by:  # a wrong card name fails before the import's work
+        from .importers.llm_questions import LlmQuestioner, generate_questions, questioner_card
+
+        questioner = LlmQuestioner(questioner_card(questions_by))
     records = import_prompts(file, fmt, category=category, vocab_files=[str(v) for v in vocab or []])
     s = parse_summary(records)
     for cat, c in s["categories"].items():
         typer.echo(f"ok  {fmt}/{cat:<24} {c['prompts']:>6} prompts ({c['parsed']} parsed)")
+    if questions_by:
+        q = generate_questions(records, questioner, progress=True)
+        why = "; ".join(f"{n}× {r}" for r, n in sorted(q["reasons"].items(), key=lambda x: -x[1]))
+        typer.echo(f"questions by {questions_by.partition('=')[0]}: {q['generated']} of {q['asked']} unparsed prompts "
+                   f"got DSG questions, {q['fallback']} kept the whole-prompt question{' (' + why + ')' if why else ''}")
     atomic_write_jsonl(out, records)
-    typer.echo(f"{s['prompts']} prompts: {s['parsed']} parsed, {s['unparsed']} not parsed (whole-prompt question only); "
-               f"wrote {out}")
+    typer.echo(f"{s['prompts']} prompts: {s['parsed']} parsed, {s['unparsed']} not parsed"
+               f"{'' if questions_by else ' (whole-prompt question only)'}; wrote {out}")
 
 
 @app.command("label")
@@ -171,9 +191,14 @@ def label_cmd(
     n: int = typer.Option(60, "--n", help="Images to sample (stratified by category)."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file (default RUN/report/label.html)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
 ):
     """A self-contained labelling page (opens offline); its export is the CSV `calibrate --labels` reads."""
     from .report.label import render_label_page
+    from .rundir import claim_output_file
+
+    if out is not None:  # the default lies in the run's own report folder
+        claim_output_file(out, force=force)
 
     typer.echo(str(render_label_page(run_dir, n=n, seed=seed, out=out)))
 

@@ -277,6 +277,20 @@ def claim_output_dir(path: "Path | str", kind: str) -> Path:
     return root
 
 
+def claim_output_file(path: "Path | str", *, force: bool = False) -> Path:
+    """The single-file output of a command (``prompts export --out``, ``label --out``, ``mini render
+    --out``), or refuse with the path and why. A file has no room for a marker telling that we wrote
+    it, so an existing one is never replaced unless the user says so (``force``), as a folder
+    without our marker is never written into."""
+    out = Path(path)
+    if out.is_dir():
+        raise AuditError(f"{out}: is a folder; give a file path")
+    if (out.exists() or out.is_symlink()) and not force:
+        raise AuditError(f"{out}: file exists and t2i-audit cannot tell it wrote it; refusing to overwrite it "
+                         "— choose another path, or pass --force to replace it")
+    return out
+
+
 def require_kind(path: "Path | str", kind: str) -> Path:
     """Refuse unless ``path`` already holds this kind of t2i-audit output (writes nothing)."""
     root = Path(path)

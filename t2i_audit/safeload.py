@@ -174,7 +174,8 @@ def loads_json(text: str | bytes, where: str, *, finite: bool = True, what: str 
     except _NotFinite as e:
         reason = f"number {e} is not finite"
     except json.JSONDecodeError as e:
-        reason = f"not valid JSON: {e.msg} at column {e.colno}"
+        at = f"line {e.lineno} column {e.colno}" if e.lineno > 1 else f"column {e.colno}"  # a .json file spans lines
+        reason = f"not valid JSON: {e.msg} at {at}"
     except RecursionError:
         reason = "JSON nested too deeply"
     except ValueError as e:  # e.g. an integer of more digits than int() accepts
@@ -185,6 +186,16 @@ def loads_json(text: str | bytes, where: str, *, finite: bool = True, what: str 
 def read_json(path: str | Path, *, finite: bool = True) -> Any:
     path = Path(path)
     return loads_json(read_text(path), str(path), finite=finite)
+
+
+def read_cache_json(path: str | Path) -> Optional[dict]:
+    """A JSON object the tool wrote as a cache index (e.g. activations' meta.json), or None when it
+    is missing or damaged: the caller then rebuilds what it indexes (``verify`` names the damage)."""
+    try:
+        data = read_json(path, finite=False)
+    except AuditError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 # --- CSV ----------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ No torch here (``verify`` must be instant); numpy and PIL are enough.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -36,8 +35,18 @@ from typing import Optional
 
 from .errors import AuditError
 from .rundir import RunDir, file_sha256
+from .safeload import loads_json
 
-CATEGORIES = ("json", "images", "scores", "activations", "records", "stray", "stages")
+# every category verify checks, with what it checks: ``verify --json`` lists them all, clean or not
+CATEGORIES = {
+    "json": "every *.json parses; every *.jsonl line parses (bounded reader: depth, size, file:line)",
+    "images": "every image images.jsonl lists is on disk with its recorded sha256",
+    "scores": "every score record's image_sha256 is the hash of the image now on disk",
+    "activations": "every array meta.json lists loads, has meta's n rows and its recorded sha256",
+    "records": "no image twice in images.jsonl, no (image, question or metric) twice in a score file",
+    "stray": "no score file or PNG that this run's stages did not write",
+    "stages": "every stage the manifest records has finished",
+}
 CLOSE_LEVELS = 4  # 8-bit levels of an 8×8 block mean: rounding elsewhere moves them by 0-2, damage far more
 
 
@@ -64,8 +73,8 @@ class _Verifier:
         for path in sorted(self._files("*.json")):
             self.checked["json"] += 1
             try:
-                json.loads(path.read_bytes())
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                loads_json(path.read_bytes(), self.rd.rel(path), finite=False)  # we write NaN scores
+            except AuditError as e:
                 self.bad("json", path, f"does not parse ({e})")
         for path in sorted(self._files("*.jsonl")):
             self.checked["json"] += 1
@@ -79,27 +88,28 @@ class _Verifier:
     def _parse_jsonl(self, path: Path) -> list[dict]:
         raw = path.read_bytes()
         lines = raw.split(b"\n")
-        out, broken = [], []
+        out, broken = [], {}  # line number -> why it is corrupted
         for i, line in enumerate(lines, 1):
             if not line.strip():
                 continue
+            where = f"{self.rd.rel(path)}:{i}"
             try:
-                rec = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                broken.append(i)
+                rec = loads_json(line, where, finite=False)
+            except AuditError as e:
+                broken[i] = str(e)
                 continue
             if isinstance(rec, dict):
                 out.append(rec)
             else:
-                broken.append(i)
-        torn = bool(broken) and broken[-1] == len(lines) and not raw.endswith(b"\n")
+                broken[i] = f"{where}: not a JSON object"
+        torn = len(lines) in broken and not raw.endswith(b"\n")
         if torn:
-            broken.pop()
+            del broken[len(lines)]
             self.bad("json", path, f"torn last line {len(lines)} (an append cut short by a kill; "
                                    "the next run of that stage drops it)")
         if broken:
-            shown = ", ".join(map(str, broken[:5])) + (" …" if len(broken) > 5 else "")
-            self.bad("json", path, f"{len(broken)} corrupted line(s): {shown}")
+            shown = ", ".join(map(str, list(broken)[:5])) + (" …" if len(broken) > 5 else "")
+            self.bad("json", path, f"{len(broken)} corrupted line(s): {shown} (first: {next(iter(broken.values()))})")
         return out
 
     # --- images -------------------------------------------------------------------------
@@ -162,9 +172,9 @@ class _Verifier:
             self.checked["activations"] += 1
             enc_dir = meta_path.parent
             try:
-                meta = json.loads(meta_path.read_bytes())
+                meta = loads_json(meta_path.read_bytes(), self.rd.rel(meta_path), finite=False)
                 n, arrays = int(meta["n"]), list(meta["arrays"])
-            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+            except (AuditError, KeyError, TypeError, ValueError):
                 self.bad("activations", meta_path, "meta.json lacks a readable \"n\" and \"arrays\"")
                 continue
             for name in arrays:
@@ -288,7 +298,8 @@ def _run_in_progress(rd: RunDir) -> bool:
 
 
 def verify_run(run_dir: Path | str | RunDir) -> dict:
-    """Check ``run_dir``; returns ``{"run", "ok", "summary": {category: {"checked", "damaged"}},
+    """Check ``run_dir``; returns ``{"run", "ok", "checks": {category: what it checks},
+    "summary": {category: {"checked", "damaged"}} (every category, clean ones too),
     "problems": [{"category", "path", "problem"}], "notes"}``."""
     rd = RunDir(run_dir)
     if not rd.root.is_dir():
@@ -315,7 +326,7 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
                      + ", ".join(r["path"] for r in v.regenerated[:5]) + (" …" if len(v.regenerated) > 5 else ""))
     summary = {c: {"checked": v.checked[c], "damaged": damaged[c]} for c in CATEGORIES}
     summary["images"]["regenerated_elsewhere"] = len(v.regenerated)
-    return {"run": str(rd.root), "ok": not v.problems, "summary": summary,
+    return {"run": str(rd.root), "ok": not v.problems, "checks": dict(CATEGORIES), "summary": summary,
             "problems": [asdict(p) for p in v.problems], "regenerated_elsewhere": v.regenerated, "notes": notes}
 
 

@@ -160,14 +160,17 @@ def render_cmd(
     out: Path = typer.Option(Path("mini.png"), help="PNG to write."),
     size: int = typer.Option(32),
     seed: int = typer.Option(0),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
 ) -> None:
     """Render the ground-truth image of a mini caption."""
     import random
 
+    from ..rundir import claim_output_file
     from .world import parse_caption, render
 
+    claim_output_file(out, force=force)
     scene = parse_caption(text, random.Random(seed))
-    render(scene, size).save(out)
+    render(scene, size).save(out, format="PNG")  # --out names a PNG whatever its extension
     typer.echo(f"{out}: {text}")
 
 

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import json
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
 from ..errors import AuditError
 from ..families import conditioning_layer, pipeline_family, stacked_layers
+from ..models import read_model_index
 
 # encode_prompt parameters that we set ourselves (the prompt, devices, no CFG, no precomputed embeds)
 _OURS = {"device", "num_images_per_prompt", "do_classifier_free_guidance", "lora_scale", "self"}
@@ -131,7 +130,7 @@ def load_text_pipeline(path: str, *, revision: str | None = None, variant: str |
     import torch
     from diffusers import DiffusionPipeline
 
-    index = _model_index(path, revision)
+    index = read_model_index(path, revision)
     skip = {k: None for k, v in index.items()
             if not k.startswith("_") and isinstance(v, list)
             and not k.startswith(("text_encoder", "tokenizer", "scheduler"))}
@@ -145,15 +144,6 @@ def load_text_pipeline(path: str, *, revision: str | None = None, variant: str |
     for name in text_components(pipe):
         getattr(pipe, name).to(device).eval()
     return pipe
-
-
-def _model_index(path: str, revision: str | None) -> dict:
-    p = Path(path)
-    if p.is_dir():
-        return json.loads((p / "model_index.json").read_text())
-    from huggingface_hub import hf_hub_download
-
-    return json.loads(Path(hf_hub_download(path, "model_index.json", revision=revision)).read_text())
 
 
 def capture_encoder_calls(pipe, texts: Sequence[str], call: dict | None = None, *,

@@ -6,9 +6,19 @@ image's other records) with the same ``image_sha256``, ``scorer_model``, ``score
 and ``extra.card_hash`` (a fingerprint of the card: model, templates, thresholds, options).
 Records of an image whose prompt record is missing (a kill mid-append) or stale (regenerated
 image, changed card) are dropped by an atomic rewrite before scoring starts, then recomputed.
+
 A separate answer cache would hold the same raw values these records already hold, keyed
 the same way (model + revision + image sha256 + question); changing only a threshold is what
 ``calibrate`` is for and needs no model call.
+
+Batches are planned once from the run alone (:func:`plan_batches`: images.jsonl order cut every
+``batch_size``), as generation plans its own: a kernel's result can depend on the batch-mates (a
+CLIP score rescored alone moved by 7.8e-8), so resume reruns every planned batch that holds an
+unfinished image, whole, and writes only the unfinished images' records. Same run, same batch
+size, same machine and thread count ⇒ the same bytes, whatever was killed or damaged.
+
+An image a scorer fails on (its batch raised) fails the stage: the other scorers finish, then an
+AuditError names the scorer, the images and the error (exit 2 from the CLI), never just a warning.
 
 Several processes (``accelerate launch``): batches are split between them, each appends to its
 own ``scores/shards/<scorer>.rank<r>.jsonl``, and the main process folds the shards (and any a
@@ -19,7 +29,6 @@ process writes. A kill loses at most each process's batch in flight.
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -108,6 +117,17 @@ def finished_keys(path: Path, scorer: Scorer, images: Mapping[tuple, dict]) -> s
     """Finished keys of a compacted file (what every process reads after the main one folded)."""
     return {key for key, recs in _by_image(read_jsonl(path)).items()
             if key in images and _finished(recs, images[key], scorer)}
+
+
+def plan_batches(images: Sequence[dict], batch_size: int) -> list[list[dict]]:
+    """The score stage's batches: every image in images.jsonl order, cut every ``batch_size``.
+
+    A function of the run and the batch size alone, never of what is already scored, so a resumed
+    or sharded stage scores every image among the batch-mates of a fresh single-process run
+    (:func:`t2i_audit.generate.plan_batches` is the same rule for generation).
+    """
+    step = max(1, batch_size)
+    return [list(images[i:i + step]) for i in range(0, len(images), step)]
 
 
 def _decode(run_dir: RunDir, rec: Mapping):
@@ -203,9 +223,9 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                           "scored": 0, "excluded": 0, "passed": 0, "failed": 0, "undecided": 0,
                           "truncated": 0, "records": 0, "seconds": 0.0, "load_seconds": 0.0, "failures": {},
                           "model": s.model_id, "revision": s.revision}
-    pending = [r for r in images if any(_image_key(r) in t for t in todo.values())]
-    step = max(1, batch_size)
-    batches = [pending[i:i + step] for i in range(0, len(pending), step)]
+    # whole planned batches that hold unfinished work: their batch-mates are scored with them
+    batches = [b for b in plan_batches(images, batch_size)
+               if any(_image_key(r) in t for r in b for t in todo.values())]
     with state.split_between_processes(batches) as share:
         mine = list(share)
     assigned = {s.name: sum(_image_key(r) in todo[s.name] for b in mine for r in b) for s in instances}
@@ -230,7 +250,8 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
             todo_here = [it for it in items if it.key in todo[s.name]]
             if not todo_here or s.name in broken:
                 continue
-            live = [it for it in todo_here if not it.flags]
+            # the whole planned batch, finished members too (their records are not written again)
+            live = [it for it in items if not it.flags] if any(not it.flags for it in todo_here) else []
             if live and not s._loaded:
                 t_load = time.perf_counter()
                 s.load()
@@ -246,6 +267,8 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                 # Nothing of this batch is written, so a rerun retries exactly these images.
                 broken[s.name] = f"{type(e).__name__}: {e}"
                 counts[s.name]["error"] = broken[s.name]
+                counts[s.name]["failed_images"] = [f"{it.key[0]} sample {it.key[1]}" for it in todo_here
+                                                   if not it.flags]
                 counts[s.name]["skipped"] = assigned[s.name] - counts[s.name]["scored"] - counts[s.name]["excluded"]
                 continue
             out = []
@@ -254,7 +277,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
             append_jsonl(out_path[s.name], out)
             c = counts[s.name]
             c["seconds"] += time.perf_counter() - t0
-            c["scored"] += len(live)
+            c["scored"] += sum(not it.flags for it in todo_here)
             c["records"] += len(out)
             _verdict_counts(out, c)
         if bar is not None:
@@ -264,6 +287,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
     state.wait_for_everyone()  # every shard is complete
     every = gather(state, counts)
     if not main:
+        _fail_if_broken(_sum_counts(every))  # every process fails the stage alike
         return {}
     for s in instances:  # the shards become scores/<scorer>.jsonl, in images.jsonl order
         compact_scores(rd.scores(s.name), s, by_key, score_shards(rd, s.name))
@@ -276,16 +300,25 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
         c["records_per_s"] = round(c["records"] / c["seconds"], 1) if c["seconds"] > 0 else None
     before = rd.read_manifest().get("stages", {}).get("score", {}).get("scorers")
     merged = {**(before if isinstance(before, dict) else {}), **counts}  # other scorers' counts stay
-    for name, err in broken.items():
-        print(f"warning: scorer {name} failed ({err}); {counts[name]['skipped']} images left unscored "
-              "for it — rerun to retry them", file=sys.stderr)
     rd.update_stage("score", status="done_with_errors" if broken else "done", scorers=merged, running=[],
                     errors=broken,
                     seconds=round(time.perf_counter() - t_stage, 3),
                     device=instances[0].device if instances else device, world_size=world,
                     # images each process scored (or excluded), summed over scorers: the load balance
                     images_per_process=[sum(c["scored"] + c["excluded"] for c in r.values()) for r in every])
+    _fail_if_broken(counts)
     return counts
+
+
+def _fail_if_broken(counts: Mapping[str, dict]) -> None:
+    """An AuditError naming each failed scorer, the images of the batch it failed on, and why."""
+    broken = {name: c for name, c in counts.items() if "error" in c}
+    if broken:
+        raise AuditError("\n".join(
+            f"scorer {name} failed on {', '.join(c.get('failed_images', [])[:5]) or 'a batch'}"
+            f"{' …' if len(c.get('failed_images', [])) > 5 else ''} ({c['error']}); {c['skipped']} image(s) "
+            "left unscored for it (the other scorers' records are kept) — fix the cause and rerun to score them"
+            for name, c in broken.items()))
 
 
 _ADDED = ("scored", "excluded", "passed", "failed", "undecided", "truncated", "records", "seconds", "skipped")
@@ -310,6 +343,8 @@ def _sum_counts(per_rank: Sequence[dict]) -> dict:
             for k in ("applied", "error"):
                 if k in c and k not in o:
                     o[k] = c[k]
+            if "failed_images" in c:
+                o["failed_images"] = o.get("failed_images", []) + c["failed_images"]
     for o in out.values():
         if "error" in o:
             o.setdefault("skipped", 0)

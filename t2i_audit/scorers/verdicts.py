@@ -98,6 +98,49 @@ def _failure(ftype: str, q: Mapping, obj: str | None, detail: str) -> dict:
             "detail": detail}
 
 
+def _resolve(questions: list[Mapping], answers: Mapping[str, bool | None]) -> dict[str, dict]:
+    """Each question's state: its answer, and ``skipped_by`` = the dependencies that failed or
+    were skipped themselves (then its verdict is ``None``).
+
+    A depth-first walk with an explicit stack, not recursion: an imported DPG chain of 1,500
+    questions (q1 → q2 → …) would pass the interpreter's recursion limit. A dependency already on
+    the walk's path (a cycle in ``depends_on``) counts by its own answer.
+    """
+    by_id = {q["id"]: q for q in questions}
+    state: dict[str, dict] = {}
+
+    def deps(qid: str):
+        return iter([d for d in by_id[qid].get("depends_on", []) or [] if d in by_id])
+
+    def blocks(d: Mapping) -> bool:
+        return d["verdict"] is False or bool(d["skipped_by"])
+
+    for root in by_id:
+        if root in state:
+            continue
+        frames = [[root, deps(root), []]]  # [question id, its dependencies left, blocked by]
+        on_path = {root}
+        while frames:
+            qid, todo, blocked = frames[-1]
+            for dep in todo:
+                if dep in state or dep in on_path:
+                    own = answers.get(dep)
+                    if blocks(state[dep] if dep in state else {"verdict": own, "skipped_by": []}):
+                        blocked.append(dep)
+                    continue
+                frames.append([dep, deps(dep), []])  # resolve dep first; we come back to qid after
+                on_path.add(dep)
+                break
+            else:
+                frames.pop()
+                on_path.discard(qid)
+                ans = answers.get(qid)
+                state[qid] = {"verdict": None if blocked else ans, "answer": ans, "skipped_by": blocked}
+                if frames and blocks(state[qid]):
+                    frames[-1][2].append(qid)
+    return state
+
+
 def judge(prompt: Mapping, answers: Mapping[str, bool | None]) -> dict[str, Any]:
     """Resolve dependencies and type failures.
 
@@ -106,30 +149,8 @@ def judge(prompt: Mapping, answers: Mapping[str, bool | None]) -> dict[str, Any]
     the prompt verdict is ``None`` when no question could be answered.
     """
     questions = list(prompt.get("questions", []))
-    by_id = {q["id"]: q for q in questions}
     objs = objects_by_id(prompt)
-    state: dict[str, dict] = {}
-
-    def resolve(qid: str, stack: tuple = ()) -> dict:
-        if qid in state:
-            return state[qid]
-        if qid in stack:  # a cycle in depends_on: judge the question on its own answer
-            return {"verdict": answers.get(qid), "answer": answers.get(qid), "skipped_by": []}
-        q = by_id[qid]
-        blocked = []
-        for dep in q.get("depends_on", []) or []:
-            if dep not in by_id:
-                continue
-            d = resolve(dep, stack + (qid,))
-            if d["verdict"] is False or d["skipped_by"]:
-                blocked.append(dep)
-        ans = answers.get(qid)
-        st = {"verdict": None if blocked else ans, "answer": ans, "skipped_by": blocked}
-        state[qid] = st
-        return st
-
-    for q in questions:
-        resolve(q["id"])
+    state = _resolve(questions, answers)
 
     failures: list[dict] = []
     for q in questions:

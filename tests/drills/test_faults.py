@@ -1,4 +1,4 @@
-"""Fault drills: a full disk, a scorer that raises. The run says what happened and what it
+"""Fault drills: a full disk, a scorer that raises. The run fails, saying what happened and what it
 skipped; nothing finished is lost; a rerun completes the work."""
 
 import errno
@@ -76,10 +76,13 @@ def test_scorer_that_raises_is_recorded_and_retried(repo_root, tmp_path, monkeyp
 
     monkeypatch.setattr(BlipVqaScorer, "answer", flaky)
     run = RunDir(out)
-    counts = run_score_stage(run, ["tiny-clip", "tiny-vqa"], batch_size=2, progress=False)
+    with pytest.raises(AuditError, match=r"scorer tiny-vqa failed on \S+ sample 0, \S+ sample 0 \(RuntimeError: "
+                                         r"CUDA error: an illegal memory access.*6 image\(s\) left unscored"):
+        run_score_stage(run, ["tiny-clip", "tiny-vqa"], batch_size=2, progress=False)
+    stage = run.read_manifest()["stages"]["score"]
+    counts = stage["scorers"]
     assert "illegal memory access" in counts["tiny-vqa"]["error"]
     assert counts["tiny-vqa"]["skipped"] == 6 and counts["tiny-clip"]["scored"] == 8
-    stage = run.read_manifest()["stages"]["score"]
     assert stage["status"] == "done_with_errors" and "tiny-vqa" in stage["errors"]
     finished = _score_lines(run.scores("tiny-vqa"))
     assert {(k[0], k[1]) for k in finished} and len({(k[0], k[1]) for k in finished}) == 2

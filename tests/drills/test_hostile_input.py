@@ -151,6 +151,17 @@ def test_hostile_model_folder_is_refused(tmp_path, monkeypatch, capsys, name):
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("name", ["list", "broken"])
+def test_text_encoder_loader_reads_model_index_like_the_model_resolver(tmp_path, name):
+    # before: probes/pipeline_text kept its own json.loads reader: JSONDecodeError / AttributeError
+    from t2i_audit.probes.pipeline_text import load_text_pipeline
+
+    text, reason = MODEL_INDEX[name]
+    (tmp_path / "model_index.json").write_text(text)
+    with pytest.raises(AuditError, match=re.escape(str(tmp_path / "model_index.json")) + ".*" + reason):
+        load_text_pipeline(str(tmp_path))
+
+
 def test_corrupt_activation_array_names_the_file(tmp_path):
     # before: ValueError traceback from numpy under `probe`
     from t2i_audit.probes.activations import load_array

@@ -165,3 +165,29 @@ def test_thumbnails_are_pruned_by_the_tools_own_index_never_by_name(tmp_path, mo
     assert not any((tmp_path / "c" / rel).exists() for rel in made)
     assert mine.read_bytes() == b"mine"
     assert json.loads((tmp_path / "c" / "thumbs" / "index.json").read_text()) == []
+
+
+# --- single-file outputs: a file has no marker, so an existing one is replaced only with --force ------
+
+def _file_argv(command, good):
+    return {"prompts-export": ["prompts", "export", "suite.yaml", "--out", "f.out"],
+            "label": ["label", str(good), "--n", "2", "--out", "f.out"],
+            "mini-render": ["mini", "render", "a red circle to the left of a blue square", "--out", "f.out"]}[command]
+
+
+@pytest.mark.parametrize("command", ["prompts-export", "label", "mini-render"])
+def test_single_file_output_never_overwrites_without_force(tmp_path, monkeypatch, capsys, two_runs, command):
+    # before: the user's f.out replaced, exit 0
+    good, _ = two_runs
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    (tmp_path / "f.out").write_text("my notes")
+    before = _snapshot(tmp_path)
+    code, err = _invoke(_file_argv(command, good), tmp_path, monkeypatch, capsys)
+    _refused(code, err, ["f.out:", "file exists", "refusing to overwrite", "--force"], before, _snapshot(tmp_path))
+    code, err = _invoke(_file_argv(command, good) + ["--force"], tmp_path, monkeypatch, capsys)
+    assert code in (0, None), err
+    assert (tmp_path / "f.out").read_bytes() != b"my notes"
+    (tmp_path / "f.out").unlink()
+    (tmp_path / "f.out").mkdir()  # a folder where the file should go: refused, not a traceback
+    code, err = _invoke(_file_argv(command, good) + ["--force"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and "f.out: is a folder" in err, err

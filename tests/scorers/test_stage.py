@@ -81,9 +81,9 @@ def test_torn_last_image_is_recomputed(run):
     run.scores("counting").write_bytes(raw[: raw.rstrip(b"\n").rfind(b"\n") + 1 + 40])  # cut the last prompt line
     Counting.calls = 0
     run_score_stage(run, [], instances=[scorer()], progress=False)
-    assert Counting.calls == 1
+    assert Counting.calls == 4  # its whole planned batch (4 unflagged images) is scored again ...
     recs = lines(run)
-    assert sum(r["kind"] == "prompt" for r in recs) == 5 and len(recs) == 15  # no duplicates
+    assert sum(r["kind"] == "prompt" for r in recs) == 5 and len(recs) == 15  # ... but written once
 
 
 def test_changed_card_or_image_is_rescored(run):
@@ -96,8 +96,9 @@ def test_changed_card_or_image_is_rescored(run):
     images[0]["sha256"] = "0" * 64  # a regenerated image
     run.images.write_text("".join(json.dumps(r) + "\n" for r in images))
     Counting.calls = 0
-    run_score_stage(run, [], instances=[scorer(model={"id": "none", "revision": "r2"})], progress=False)
-    assert Counting.calls == 1
+    run_score_stage(run, [], instances=[scorer(model={"id": "none", "revision": "r2"})], batch_size=2,
+                    progress=False)
+    assert Counting.calls == 2  # the planned batch of two holding the regenerated image
 
 
 def test_unknown_scorer_did_you_mean_and_missing_run(tmp_path, run):

@@ -169,7 +169,9 @@ def test_stale_score_record_is_reported_and_rescored(run):
     assert p["path"] == "scores/yes.jsonl" and rec["prompt_id"] in p["problem"]
     assert f"file now hashes {new_sha[:12]}" in p["problem"] and rec["path"] in p["problem"]
 
-    assert score(run.root) == 1  # the score stage keys on image sha256: only that image is redone
+    # the score stage keys on image sha256: only that image's records are redone, scored among its
+    # planned batch-mates (both images: one batch) so that its values are a whole run's
+    assert score(run.root) == 2
     recs = [json.loads(x) for x in run.scores("yes").read_text().splitlines()]
     assert sum(r["kind"] == "prompt" for r in recs) == 2
     assert {r["image_sha256"] for r in recs if r["prompt_id"] == rec["prompt_id"]} == {new_sha}
@@ -191,7 +193,8 @@ def test_broken_jsonl_and_activations_are_reported(run, tmp_path):
     problems = {(p["category"], p["path"]): p["problem"] for p in verify_run(run.root)["problems"]}
     assert problems == {
         ("json", "shards/images.rank0.jsonl"): problems[("json", "shards/images.rank0.jsonl")],
-        ("json", "prompts.jsonl"): "1 corrupted line(s): 1",
+        ("json", "prompts.jsonl"): "1 corrupted line(s): 1 (first: prompts.jsonl:1: not valid JSON: Expecting value "
+                                   "at column 1)",
         ("activations", "activations/text_encoder/l1__eos.npy"): "3 rows, meta.json says n = 2",
         ("activations", "activations/text_encoder/l2__eos.npy"): problems[("activations", "activations/text_encoder/l2__eos.npy")],
         ("activations", "activations/text_encoder/l3__eos.npy"): "missing (listed in meta.json)",
@@ -256,6 +259,19 @@ def test_altered_activation_bytes_are_seen_and_extracted_again(run):
     assert path.read_bytes() == good and verify_run(run.root)["ok"]
 
 
+def test_damaged_denoiser_meta_is_named_by_verify_and_extracted_again(run):
+    # before: json.loads of meta.json: a JSONDecodeError traceback under `probe`
+    from t2i_audit.probes.denoiser import extract_denoiser_activations
+
+    meta = extract_denoiser_activations(run, "tiny-sd", timesteps=[-1], progress=False)
+    path = run.activations_dir / "denoiser" / "meta.json"
+    good = path.read_bytes()
+    path.write_bytes(good[: len(good) // 2])
+    assert "meta.json: not valid JSON" in categories(run.root)["json"]
+    assert extract_denoiser_activations(run, "tiny-sd", timesteps=[-1], progress=False) == meta
+    assert path.read_bytes() == good and verify_run(run.root)["ok"]
+
+
 def test_a_moved_run_is_repaired_where_it_now_is(repo_root, run, tmp_path):
     moved = RunDir(shutil.move(str(run.root), str(tmp_path / "moved")))
     rec = first_image(moved)
@@ -268,3 +284,24 @@ def test_a_moved_run_is_repaired_where_it_now_is(repo_root, run, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert (moved.root / rec["path"]).read_bytes() == original
     assert not run.root.exists()  # nothing was written to the run.yaml's old out: path
+
+
+def test_verify_json_lists_every_category_it_checks(run):
+    data = json.loads(verify_cli(run.root, "--json").stdout)
+    every = {"json", "images", "scores", "activations", "records", "stray", "stages"}
+    assert data["ok"] and set(data["checks"]) == set(data["summary"]) == every  # clean ones too
+    assert all(data["summary"][c]["damaged"] == 0 and data["checks"][c] for c in every)
+
+
+def test_verify_reads_run_files_with_the_bounded_reader(run):
+    """Nesting past the interpreter's limit was a RecursionError traceback; now file:line problems."""
+    (run.root / "extra.json").write_text("[" * 100_000 + "]" * 100_000)
+    with run.scores("yes").open("a") as f:
+        f.write('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    (run.root / "manifest.json").write_text('{\n  "stages": {\n    "score": ,\n')  # damaged at line 3
+    r = verify_cli(run.root)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    problems = {p["path"]: p["problem"] for p in verify_run(run.root)["problems"] if p["category"] == "json"}
+    assert "extra.json: JSON nested too deeply" in problems["extra.json"]
+    assert "(first: scores/yes.jsonl:" in problems["scores/yes.jsonl"] and "nested too deeply" in problems["scores/yes.jsonl"]
+    assert "manifest.json: not valid JSON: Expecting value at line 3 column 14" in problems["manifest.json"]
