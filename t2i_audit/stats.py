@@ -94,10 +94,23 @@ def auroc(y_true: Sequence, score: Sequence) -> float:
     return float(roc_auc_score(y_true, score))
 
 
-def _boot_aurocs(y: np.ndarray, scores: Sequence[np.ndarray], n_boot: int, seed: int):
+def _cluster_resamples(groups: np.ndarray, b: int, rng) -> np.ndarray:
+    """``b`` resamples of whole groups (with replacement), each cut or cycled to ``len(groups)`` rows so
+    they stack: rows of one group stay together, the unit of independence (images of one prompt)."""
+    codes, members = np.unique(groups, return_inverse=True)
+    rows_of = [np.flatnonzero(members == g) for g in range(len(codes))]
+    out = np.empty((b, len(groups)), dtype=int)
+    for i in range(b):
+        picked = np.concatenate([rows_of[g] for g in rng.integers(0, len(codes), len(codes))])
+        out[i] = np.resize(picked, len(groups))
+    return out
+
+
+def _boot_aurocs(y: np.ndarray, scores: Sequence[np.ndarray], n_boot: int, seed: int, groups=None):
     """AUROC of each score on the same bootstrap resamples (Mann–Whitney on average ranks).
 
-    Vectorized over resamples in chunks; resamples holding one class only are dropped.
+    Vectorized over resamples in chunks; resamples holding one class only are dropped. ``groups``:
+    resample whole groups (a cluster bootstrap) instead of items.
     """
     from scipy.stats import rankdata
 
@@ -107,7 +120,8 @@ def _boot_aurocs(y: np.ndarray, scores: Sequence[np.ndarray], n_boot: int, seed:
     while left > 0:
         b = min(left, 200)
         left -= b
-        idx = rng.integers(0, len(y), (b, len(y)))
+        idx = (rng.integers(0, len(y), (b, len(y))) if groups is None
+               else _cluster_resamples(np.asarray(groups), b, rng))
         yy = y[idx].astype(bool)
         n1 = yy.sum(1)
         n0 = yy.shape[1] - n1
@@ -120,27 +134,28 @@ def _boot_aurocs(y: np.ndarray, scores: Sequence[np.ndarray], n_boot: int, seed:
 
 
 def auroc_ci(y_true: Sequence, score: Sequence, *, n_boot: int = 1000, seed: int = 0,
-             confidence: float = 0.95) -> dict:
-    """AUROC with a percentile bootstrap CI over items."""
+             confidence: float = 0.95, groups: Sequence | None = None) -> dict:
+    """AUROC with a percentile bootstrap CI over items (over whole ``groups`` where given)."""
     y, s = np.asarray(y_true).astype(int), np.asarray(score, float)
     value = auroc(y, s)
     if math.isnan(value):
         return {"auroc": value, "ci": list(_nan_pair()), "n": int(len(y))}
-    (vals,) = _boot_aurocs(y, [s], n_boot, seed)
+    (vals,) = _boot_aurocs(y, [s], n_boot, seed, groups)
     a = (1 - confidence) / 2
     lo, hi = np.quantile(vals, [a, 1 - a])
     return {"auroc": value, "ci": [float(lo), float(hi)], "n": int(len(y))}
 
 
 def auroc_diff_ci(y_true: Sequence, score_a: Sequence, score_b: Sequence, *, n_boot: int = 1000,
-                  seed: int = 0, confidence: float = 0.95) -> dict:
-    """AUROC(a) − AUROC(b) on the same items, paired bootstrap CI and a two-sided bootstrap p."""
+                  seed: int = 0, confidence: float = 0.95, groups: Sequence | None = None) -> dict:
+    """AUROC(a) − AUROC(b) on the same items, paired bootstrap CI (whole ``groups`` where given) and a
+    two-sided bootstrap p."""
     y = np.asarray(y_true).astype(int)
     a, b = np.asarray(score_a, float), np.asarray(score_b, float)
     diff = auroc(y, a) - auroc(y, b)
     if math.isnan(diff):
         return {"diff": diff, "ci": list(_nan_pair()), "p": math.nan}
-    va, vb = _boot_aurocs(y, [a, b], n_boot, seed)
+    va, vb = _boot_aurocs(y, [a, b], n_boot, seed, groups)
     vals = va - vb
     q = (1 - confidence) / 2
     lo, hi = np.quantile(vals, [q, 1 - q])

@@ -51,6 +51,10 @@ def probe(
     probe_backend: str = typer.Option("torch", "--probe-backend",
                                       help="torch (batched on --device; matches scikit-learn) | sklearn (the reference)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
+    early: bool = typer.Option(False, "--early", help="Per-image failure probes from the first denoising steps "
+                               "(cross-attention maps, pooled blocks) beside the prompt-only, text-encoder and "
+                               "x0-preview references; writes probes/early.json and probes/early_probes.json."),
+    at: str = typer.Option("0.1,0.2", "--at", help="With --early: fractions of the steps to read (e.g. 0.1,0.2,0.5)."),
 ) -> None:
     """Linear probes: constituent decodability, failure prediction vs baseline, decodability ↔ success."""
     from . import run_probe_stage
@@ -58,6 +62,9 @@ def probe(
     model = model or _run_model(run)
     if not model:
         raise AuditError(f"{run}: the run does not record its model; pass --model")
+    if early:
+        _early(run, model, scorer=scorer, device=device, at=at, n_boot=bootstrap, seed=seed, quiet=quiet)
+        return
     res = run_probe_stage(run, model=model, scorer=scorer, layers=layers,
                           poolings=tuple(p.strip() for p in poolings.split(",") if p.strip()),
                           seed=seed, device=device, denoiser=denoiser, progress=not quiet, n_splits=folds,
@@ -97,6 +104,66 @@ def predict(
     typer.echo(f"{len(ranked)} prompts ranked -> {out}")
 
 
+def _fractions(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise AuditError(f"--at {text!r}: expected comma-separated fractions such as 0.1,0.2") from None
+
+
+def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet) -> None:
+    from .early_stage import run_early_stage
+
+    res = run_early_stage(run, model=model, device=device, fractions=_fractions(at), scorer=scorer,
+                          n_boot=n_boot, seed=seed, progress=not quiet)
+    if not res:
+        return
+    typer.echo(f"per-image probes written to {Path(run) / 'probes' / 'early.json'}")
+    for cat, r in res["categories"].items():
+        if "skipped" in r:
+            typer.echo(f"  {cat}: skipped ({r['skipped']})")
+            continue
+        for tag, st in r["steps"].items():
+            c = st["families"]["probe"]["compositions"]
+            refs = ", ".join(f"{k} {v['auroc']['auroc']:.3f}" for k, v in c["references"].items())
+            typer.echo(f"  {cat} after {st['iterations']}/{res['loop_steps']} steps: AUROC {c['auroc']['auroc']:.3f} "
+                       f"(CI {c['auroc']['ci'][0]:.3f}–{c['auroc']['ci'][1]:.3f}); {refs}")
+
+
+def select(
+    from_run: Path = typer.Option(..., "--from", help="Run probed with `probe --early` (probes/early_probes.json)."),
+    prompts: Optional[list[Path]] = typer.Option(None, "--prompts", help="Suite YAML or prompts JSONL; default: the --from run's prompts."),
+    model: Optional[str] = typer.Option(None, "--model", help="Default: the --from run's model."),
+    of: int = typer.Option(4, "--of", help="Seeds scanned per prompt (N)."),
+    keep: int = typer.Option(1, "--keep", help="Seeds finished per prompt (K)."),
+    at: float = typer.Option(0.2, "--at", help="Fraction of the steps the scan runs (a step the probes were fitted at)."),
+    baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Also finish K random seeds per prompt, to measure the lift."),
+    seed: int = typer.Option(0, "--seed"),
+    batch_size: int = typer.Option(4, "--batch-size"),
+    device: str = typer.Option("auto", "--device"),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
+    quiet: bool = typer.Option(False, "--quiet"),
+) -> None:
+    """Seed selection: scan N seeds of each prompt to an early step, finish the K the per-image probe likes."""
+    from ..api import make_config
+    from .select import select_run
+
+    model = model or _run_model(from_run)
+    if not model:
+        raise AuditError(f"{from_run}: the run does not record its model; pass --model")
+    paths = [str(p) for p in prompts] if prompts else [str(Path(from_run) / "prompts.jsonl")]
+    cfg = make_config({"model": model, "prompts": paths, "seed": seed, "batch_size": batch_size, "device": device,
+                       "out": str(out) if out else None}, "select options")
+    res = select_run(cfg, from_run, n_of=of, keep=keep, at=at, baseline=baseline, progress=not quiet)
+    c = res["cost"]
+    typer.echo(f"selection: {c['selected_total']} of {c['best_of_n_by_final_judge']} loop iterations per prompt "
+               f"({c['saved_fraction']:.0%} saved)")
+    if "lift" in res:
+        typer.echo(f"kept {res['kept_success']:.3f} vs random {res['random_success']:.3f}: lift {res['lift']:+.3f} "
+                   f"(CI {res['ci'][0]:+.3f}…{res['ci'][1]:+.3f}, {res['n_prompts']} prompts)")
+
+
 def register(app: typer.Typer) -> None:
     app.command("probe")(probe)
     app.command("predict")(predict)
+    app.command("select")(select)

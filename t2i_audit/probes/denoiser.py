@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import AuditError
 from ..families import block_lists, image_stream_index, joint_sequence, pipeline_family
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
+from ..safeload import read_cache_json, read_json
 from ..generate import plan_batches
 from .activations import array_hashes, arrays_intact, merge_parts, save_part
 
@@ -165,19 +166,30 @@ def _image_rows(denoiser, layout: str, args, kwargs) -> tuple[list[int], int]:
     raise AuditError(f"families.yaml joint_sequence: unknown layout {layout!r}")
 
 
-def _step_callback(pipe, recorder: BlockRecorder) -> tuple[dict, str]:
-    """Call kwargs that make the pipeline report each finished loop iteration to ``recorder``."""
+class StopReplay(Exception):
+    """Raised by the step callback once the last step a replay needs is done (early features)."""
+
+
+def _step_callback(pipe, recorder: BlockRecorder, stop_after: int | None = None) -> tuple[dict, str]:
+    """Call kwargs that make the pipeline report each finished loop iteration to ``recorder`` (and stop
+    the loop after iteration ``stop_after``: nothing later can change what was recorded up to it)."""
     params = inspect.signature(pipe.__call__).parameters
+
+    def done(i, t):
+        recorder.step_end(i, t)
+        if stop_after is not None and int(i) >= stop_after:
+            raise StopReplay
+
     if "callback_on_step_end" in params:
         # families.yaml callback_passes: sigma (CogView4 hands the callback sigmas[i]): the loop's t is timesteps[i]
         by_sigma = (pipeline_family(type(pipe).__name__) or {}).get("callback_passes") == "sigma"
 
         def on_step_end(_pipe, i, t, _kwargs):
-            recorder.step_end(i, _pipe.scheduler.timesteps[i] if by_sigma else t)
+            done(i, _pipe.scheduler.timesteps[i] if by_sigma else t)
             return {}
         return {"callback_on_step_end": on_step_end}, "callback_on_step_end"
     if "callback" in params and "callback_steps" in params:  # older pipelines (PixArt-Σ)
-        return {"callback": lambda i, t, _latents: recorder.step_end(i, t), "callback_steps": 1}, "callback"
+        return {"callback": lambda i, t, _latents: done(i, t), "callback_steps": 1}, "callback"
     return {}, "denoiser calls (the pipeline has no step callback)"
 
 
@@ -191,14 +203,19 @@ def _call_labels(pipe, n_calls: int) -> list[str]:
 
 def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, guidance: float,
                size: int, at_steps: Sequence[int] | None = None, call_kwargs: dict | None = None,
-               output_type: str = "latent") -> tuple[dict[str, np.ndarray], dict]:
+               output_type: str = "latent", attach: Sequence = (), stop_after: int | None = None,
+               ) -> tuple[dict[str, np.ndarray], dict]:
     """One pipeline call with block hooks.
 
     Returns ``({"<block>__t<step>-<half>": (len(texts), dim)}, info)``; ``at_steps`` index the
     pipeline's loop iterations (negative ok; None = every step). ``info`` has the scheduler's
     timestep per stored step, the number of loop iterations, image-stream positions per block,
-    and ``images`` when ``output_type`` is not ``"latent"``.
+    and ``images`` when ``output_type`` is not ``"latent"``. ``attach``: more recorders, each made as
+    ``make(pipe, denoiser, block_recorder)`` and entered for the call (probes/early.py: attention maps,
+    x0 previews) and returned in ``info["attached"]``; ``stop_after``: end the loop after that iteration.
     """
+    import contextlib
+
     import torch
 
     from ..generate import output_images, pipeline_call_kwargs
@@ -207,11 +224,16 @@ def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, 
     if denoiser is None:
         raise AuditError(f"{type(pipe).__name__}: no unet or transformer to hook")
     gens = [torch.Generator("cpu").manual_seed(int(s)) for s in seeds]
-    with BlockRecorder(denoiser) as rec, torch.inference_mode():
-        cb, counted_by = _step_callback(pipe, rec)
+    result = None
+    with BlockRecorder(denoiser) as rec, contextlib.ExitStack() as stack, torch.inference_mode():
+        attached = [stack.enter_context(make(pipe, denoiser, rec)) for make in attach]
+        cb, counted_by = _step_callback(pipe, rec, stop_after)
         kwargs, _ = pipeline_call_kwargs(type(pipe), list(texts), gens, steps=steps, guidance=guidance, size=size,
                                          output_type=output_type, call=call_kwargs)  # as generate calls it
-        result = pipe(**kwargs, **cb)
+        try:
+            result = pipe(**kwargs, **cb)
+        except StopReplay:
+            pass
     if counted_by.startswith("denoiser calls"):  # one call = one step
         store = {(b, c, 0): v for (b, _s, c), v in rec.store.items()}
     else:
@@ -240,8 +262,9 @@ def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, 
     info = {"n_steps": n_steps, "steps_counted_by": counted_by,
             "timesteps": {f"t{s:03d}": rec.timesteps.get(s) for s in want},
             "image_positions": dict(rec.positions)}
-    if output_type != "latent":
+    if output_type != "latent" and result is not None:
         info["images"] = output_images(result)
+    info["attached"] = attached
     return out, info
 
 
@@ -310,10 +333,9 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
                                   default=str, sort_keys=True).encode()).hexdigest()[:16]
     enc_dir = rd.activations_dir / "denoiser"
     meta_path = enc_dir / "meta.json"
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text())
-        if meta.get("key") == key and arrays_intact(enc_dir, meta):
-            return meta
+    meta = read_cache_json(meta_path)  # damaged: extracted again
+    if meta and meta.get("key") == key and arrays_intact(enc_dir, meta):
+        return meta
     main = state.is_main_process
     parts = enc_dir / ".parts" / key
     parts.mkdir(parents=True, exist_ok=True)
@@ -339,14 +361,14 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
                 if int(k.split("__t")[1][:3]) in want:
                     acc.setdefault(k, []).append(v[rows])
         if not (parts / "info.json").exists():
-            atomic_write_json(parts / "info.json", {k: v for k, v in info.items() if k != "images"})
+            atomic_write_json(parts / "info.json", {k: v for k, v in info.items() if k not in ("images", "attached")})
         save_part(part, {k: np.concatenate(v).astype(np.float16) for k, v in acc.items()})
         if progress and main:
             print(f"[probe] denoiser: batch {min((c + 1) * per_chunk, len(plan))}/{len(plan)}", file=sys.stderr)
     state.wait_for_everyone()  # every part is on disk
     if not main:
         return {}
-    info = json.loads((parts / "info.json").read_text())
+    info = read_json(parts / "info.json", finite=False)
     names, _ = merge_parts(enc_dir, parts, n_chunks, len(ids))
     hooked = sorted(_resolve_steps(at, info["n_steps"]))
     atomic_write_jsonl(enc_dir / "index.jsonl", ({"row": i, "prompt_id": pid} for i, pid in enumerate(ids)))

@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from .. import analysis
 from . import charts
+from .early_view import early_section
 from .probes_view import probes_section
 from .tables import RunData
 from .thumbs import Thumbs
@@ -317,6 +318,7 @@ def build_context(data: RunData, out_dir: Path, thumbs: Thumbs, progress: bool =
         "scorers": scorer_section(data, thumbs, out_dir),
         "scoring": scoring_section(data),
         "probes": probes_section(data.rd.probes_dir),
+        "early": early_section(data.rd, thumbs, out_dir, _rel),
         "manifest": manifest_section(data),
         **static_assets(),
     }

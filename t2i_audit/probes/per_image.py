@@ -1,0 +1,158 @@
+"""Per-image failure probes on early-step features, beside the references they must beat.
+
+For each category (and failure type) and each stored step, a logistic probe (median imputation,
+standardisation, L2 logistic regression — scikit-learn, C chosen by an *inner* grouped CV on the
+training folds only, never on a test fold) predicts from probes/early.py features whether the
+image will fail its deciding scorer's verdict. Two evaluations:
+
+* ``compositions`` — outer folds grouped by composition: the probe never saw the test prompts'
+  composition (the paper's question: does it generalise?);
+* ``seeds`` — trained on the first half of each prompt's samples, tested on the second half: the
+  seed-selection setting (the prompts are known, their new seeds are not).
+
+References on the same rows, each with a paired bootstrap CI of the AUROC difference: the
+prompt-only baseline (one-hot constituents, same fitter), the text-encoder probe (the run's stored
+conditioning-layer states, same fitter), the x0 preview at the same step judged by the deciding
+scorer (no fitting: risk = 1 − fraction of questions passed) and, where the run has a second
+scorer, the final image judged by it (a ceiling no early probe should be expected to reach).
+
+Feature families: ``attention`` (cross-attention composition statistics, every grid), ``pooled``
+(every block's pooled image stream), and ``probe`` = attention + pooled + prompt one-hot — the
+headline, fixed before any number was seen. Fitted probes are stored as plain arrays (no pickle:
+a run folder is data, never code) for ``select`` and ``predict``.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .. import stats
+from ..errors import AuditError
+
+CS = (0.01, 0.1, 1.0)
+FAMILIES = ("attention", "pooled", "probe")
+
+
+def design(arrays: Mapping[str, np.ndarray], step: int, family: str, rows: np.ndarray | slice,
+           onehot: np.ndarray | None = None) -> np.ndarray:
+    """The feature matrix of ``family`` at ``step`` for ``rows`` (``onehot``: the prompt features of those rows)."""
+    tag = f"__t{step:03d}"
+    pick = {"attention": ("attn-",), "pooled": ("pooled-",), "probe": ("attn-", "pooled-")}[family]
+    names = sorted(n for n in arrays if n.endswith(tag) and n.startswith(pick))
+    parts = [np.asarray(arrays[n][rows], dtype=np.float32) for n in names]
+    if family == "probe" and onehot is not None:
+        parts.append(np.asarray(onehot, dtype=np.float32))
+    if not parts:
+        raise AuditError(f"no {family} features at step {step} (have {sorted(arrays)[:6]}…)")
+    return np.hstack(parts)
+
+
+def _model(C: float, seed: int):
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return make_pipeline(SimpleImputer(strategy="median", keep_empty_features=True), StandardScaler(),
+                         LogisticRegression(C=C, max_iter=1000, random_state=seed))
+
+
+def _choose_C(X, y, groups, seed: int) -> float:
+    """C by an inner grouped 3-fold CV (AUROC) on training rows only."""
+    from sklearn.model_selection import GroupKFold
+
+    if len(np.unique(groups)) < 3 or len(np.unique(y)) < 2:
+        return 1.0
+    inner = list(GroupKFold(n_splits=3, shuffle=True, random_state=seed).split(X, y, groups))
+    best, best_auc = CS[-1], -1.0
+    for C in CS:
+        risk = np.full(len(y), np.nan)
+        for tr, te in inner:
+            if len(np.unique(y[tr])) < 2:
+                risk[te] = float(y[tr].mean())
+                continue
+            risk[te] = _model(C, seed).fit(X[tr], y[tr]).predict_proba(X[te])[:, 1]
+        auc = stats.auroc(y, risk)
+        if np.isfinite(auc) and auc > best_auc:
+            best, best_auc = C, auc
+    return best
+
+
+def fit_predict(X, y, groups, train, test, seed: int = 0) -> tuple[np.ndarray, float]:
+    """P(failed) on ``test`` from a probe fitted on ``train`` (C by inner CV on ``train``)."""
+    if len(np.unique(y[train])) < 2:
+        return np.full(len(test), float(y[train].mean())), float("nan")
+    C = _choose_C(X[train], y[train], groups[train], seed)
+    return _model(C, seed).fit(X[train], y[train]).predict_proba(X[test])[:, 1], C
+
+
+def oof(X, y, groups, folds, seed: int = 0) -> np.ndarray:
+    risk = np.full(len(y), np.nan)
+    for tr, te in folds:
+        risk[te], _ = fit_predict(X, y, groups, tr, te, seed)
+    return risk
+
+
+def export_probe(X, y, groups, seed: int = 0) -> dict:
+    """The probe fitted on all rows, as plain arrays: ``risk = σ(w · (impute(x) − μ) / s + b)``."""
+    C = _choose_C(X, y, groups, seed)
+    m = _model(C, seed).fit(X, y)
+    imp, sc, lr = m.steps[0][1], m.steps[1][1], m.steps[2][1]
+    return {"C": C, "median": imp.statistics_.tolist(), "mean": sc.mean_.tolist(), "scale": sc.scale_.tolist(),
+            "coef": lr.coef_[0].tolist(), "intercept": float(lr.intercept_[0])}
+
+
+def apply_probe(probe: Mapping, X: np.ndarray) -> np.ndarray:
+    """Risk from an exported probe (numpy only; pinned to the scikit-learn pipeline by a test)."""
+    X = np.asarray(X, dtype=np.float64).copy()
+    med = np.asarray(probe["median"])
+    if X.shape[1] != len(med):
+        raise AuditError(f"the probe expects {len(med)} features, got {X.shape[1]}")
+    bad = ~np.isfinite(X)
+    X[bad] = np.broadcast_to(med, X.shape)[bad]
+    z = (X - np.asarray(probe["mean"])) / np.asarray(probe["scale"])
+    return 1.0 / (1.0 + np.exp(-(z @ np.asarray(probe["coef"]) + probe["intercept"])))
+
+
+def compare(y: np.ndarray, risk: np.ndarray, refs: Mapping[str, np.ndarray], clusters: np.ndarray, *,
+            n_boot: int, seed: int) -> dict:
+    """AUROC (CI) of ``risk`` and of each reference, and the paired difference against each. CIs resample
+    whole prompts (``clusters``): the images of one prompt are not independent."""
+    ok = np.isfinite(risk)
+    out = {"n": int(ok.sum()), "failure_rate": float(y[ok].mean()) if ok.any() else None,
+           "auroc": stats.auroc_ci(y[ok], risk[ok], n_boot=n_boot, seed=seed, groups=clusters[ok]),
+           "references": {}}
+    for name, ref in refs.items():
+        both = ok & np.isfinite(ref)
+        if both.sum() < 2 or len(np.unique(y[both])) < 2:
+            continue
+        kw = dict(n_boot=n_boot, seed=seed, groups=clusters[both])
+        out["references"][name] = {
+            "auroc": stats.auroc_ci(y[both], ref[both], **kw),
+            "probe_minus_reference": stats.auroc_diff_ci(y[both], risk[both], ref[both], **kw)}
+    return out
+
+
+def selection_lift(prompt_ids: Sequence[str], success: np.ndarray, risk: np.ndarray, *, n_of: int, keep: int,
+                   n_boot: int = 1000, seed: int = 0) -> dict:
+    """Best ``keep`` of the first ``n_of`` samples of each prompt by predicted risk, against ``keep`` random ones
+    (their expectation: the mean success of the ``n_of``). Bootstrap over prompts."""
+    by: dict[str, list[int]] = {}
+    for i, pid in enumerate(prompt_ids):
+        by.setdefault(pid, []).append(i)
+    picked, rand = [], []
+    for rows in by.values():
+        rows = rows[:n_of]
+        if len(rows) < n_of or not np.all(np.isfinite(risk[rows])):
+            continue
+        best = np.asarray(rows)[np.argsort(risk[rows], kind="stable")[:keep]]
+        picked.append(success[best].mean())
+        rand.append(success[rows].mean())
+    picked, rand = np.asarray(picked), np.asarray(rand)
+    if not len(picked):
+        return {"n_prompts": 0}
+    lo, hi = stats.bootstrap_ci(lambda a, b: float(np.mean(a - b)), picked, rand, n_resamples=n_boot, seed=seed)
+    return {"n_prompts": int(len(picked)), "selected_success": float(picked.mean()),
+            "random_success": float(rand.mean()), "lift": float((picked - rand).mean()), "ci": [lo, hi]}

@@ -1,0 +1,222 @@
+"""``t2i-audit select``: run N seeds of each prompt to an early step, finish only the K the probe likes.
+
+1. **Scan** — every (prompt, sample < N) is replayed in planned batches (``generate.plan_batches``
+   over N samples) up to the loop step of ``--at`` and its early features go through the per-image
+   probe fitted on an earlier run (``--from RUN``: ``probes/early_probes.json``, written by
+   ``t2i-audit probe RUN --early``). Risks are written to ``selection.jsonl``.
+2. **Finish** — the K lowest-risk samples of each prompt are generated in full, and (``--baseline``,
+   the default) K samples drawn at random per prompt (a seeded draw, the same on every machine), so
+   the run measures what selection bought on the same prompts, judge and seeds. Each image keeps its
+   sample index, hence its seed (``generate.image_seed``): it is the image a full run would make of
+   that seed, up to batch-mates (its bytes depend on the finish batches, cut from the kept list in
+   prompt order every ``batch_size``).
+3. **Score** — the run's scorers (as ``run`` would choose them); ``selection.json`` reports the
+   success of kept vs random images (bootstrap CI over prompts) and the cost in denoiser loop
+   iterations: scan ``N · (step + 1)`` + finish ``K · steps`` against ``N · steps`` for best-of-N by
+   the final judge.
+
+The run folder is an ordinary run (``report``, ``verify``, ``compare`` read it); sample indices of the
+images not finished are simply absent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import AuditError
+from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
+
+
+def onehot_by_names(prompts: Sequence[dict], names: Sequence[str]) -> np.ndarray:
+    """The prompt-only features in the fitted probe's column order (values it never saw: all zeros)."""
+    col = {n: i for i, n in enumerate(names)}
+    X = np.zeros((len(prompts), len(names)), dtype=np.float32)
+    for i, p in enumerate(prompts):
+        for f in [f"{k}={v}" for k, v in (p.get("slots") or {}).items()] + [f"template={p.get('template')}"]:
+            if f in col:
+                X[i, col[f]] = 1.0
+    return X
+
+
+def load_fitted(from_run: Path) -> dict:
+    from ..safeload import read_json
+
+    path = RunDir(from_run).probes_dir / "early_probes.json"
+    if not path.exists():
+        raise AuditError(f"{path}: no per-image probes; run `t2i-audit probe {from_run} --early` first")
+    return read_json(path)
+
+
+def _probe_for(fitted: dict, category: str, step: int) -> dict:
+    cat = (fitted.get("categories") or {}).get(category)
+    if not cat:
+        have = ", ".join(sorted(fitted.get("categories") or {})) or "none"
+        raise AuditError(f"no per-image probe for category {category!r} in the --from run (have: {have})")
+    tag = f"t{step:03d}"
+    if tag not in cat:
+        raise AuditError(f"--at: the --from run's probes are at loop steps {sorted(cat)}, not {tag}")
+    return cat[tag]
+
+
+def random_picks(prompt_id: str, n_of: int, keep: int, seed: int) -> list[int]:
+    """K of the N samples, drawn from a generator seeded by (prompt id, seed): the same everywhere."""
+    digest = int(hashlib.sha256(f"{prompt_id}:random:{seed}".encode()).hexdigest()[:15], 16)
+    return sorted(random.Random(digest).sample(range(n_of), keep))
+
+
+def scan(rd: RunDir, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: int, step: int,
+         progress: bool) -> list[dict]:
+    """Risk of every (prompt, sample < n_of) from its features at ``step``; resumable (selection.jsonl)."""
+    from ..generate import image_seed, plan_batches
+    from .early import _replay_batch
+    from .per_image import apply_probe, design
+
+    path = rd.root / "selection.jsonl"
+    done = {(r["prompt_id"], r["sample"]): r for r in read_jsonl(path)} if path.exists() else {}
+    plan = plan_batches(prompts, n_of, s["batch_size"])
+    out = []
+    for b, batch in enumerate(plan):
+        if all((p["id"], k) in done for p, k in batch):
+            out += [done[(p["id"], k)] for p, k in batch]
+            continue
+        seeds = [image_seed(p["id"], k, s["seed"]) for p, k in batch]
+        arrays = _replay_batch(pipe, batch, seeds, s, [step], previews=False)
+        recs = [p for p, _ in batch]
+        X = design(arrays, step, "probe", slice(None), onehot_by_names(recs, fitted["onehot"]))
+        for j, (p, k) in enumerate(batch):
+            risk = float(apply_probe(_probe_for(fitted, str(p.get("category")), step), X[j:j + 1])[0])
+            out.append({"prompt_id": p["id"], "sample": k, "seed": seeds[j], "risk": risk})
+        atomic_write_jsonl(path, out)  # whole batches only: a kill loses at most this batch
+        if progress:
+            print(f"[select] scanned batch {b + 1}/{len(plan)}", file=sys.stderr)
+    return out
+
+
+def choose(scanned: list[dict], *, n_of: int, keep: int, seed: int, baseline: bool) -> list[dict]:
+    """Mark each candidate kept / random (both possible); ties in risk go to the lower sample index."""
+    by: dict[str, list[dict]] = {}
+    for r in scanned:
+        by.setdefault(r["prompt_id"], []).append(r)
+    for pid, rows in by.items():
+        rows.sort(key=lambda r: r["sample"])
+        kept = {r["sample"] for r in sorted(rows, key=lambda r: (r["risk"], r["sample"]))[:keep]}
+        rand = set(random_picks(pid, n_of, keep, seed)) if baseline else set()
+        for r in rows:
+            r["kept"], r["random"] = r["sample"] in kept, r["sample"] in rand
+    return scanned
+
+
+def finish(rd: RunDir, pipe, card, prompts: list[dict], chosen: list[dict], s: dict, progress: bool) -> int:
+    """Generate every kept / random sample in full, in batches cut from that list; resumable."""
+    import torch
+
+    from ..generate import _done_items, _write_batch, output_images, pipeline_call_kwargs
+
+    by_id = {p["id"]: p for p in prompts}
+    todo = [(by_id[r["prompt_id"]], r["sample"], r["seed"]) for r in chosen if r["kept"] or r["random"]]
+    done = _done_items(rd)
+    made = 0
+    for i in range(0, len(todo), s["batch_size"]):
+        batch = todo[i:i + s["batch_size"]]
+        if all((p["id"], k) in done for p, k, _ in batch):
+            continue
+        gens = [torch.Generator("cpu").manual_seed(int(seed)) for _, _, seed in batch]
+        kwargs, _ = pipeline_call_kwargs(type(pipe), [p["text"] for p, _, _ in batch], gens, steps=s["steps"],
+                                         guidance=s["guidance"], size=s["size"], output_type="np", call=card.call)
+        images = output_images(pipe(**kwargs))
+        keep = [j for j, (p, k, _) in enumerate(batch) if (p["id"], k) not in done]
+        _write_batch(rd, card, [(batch[j][0], batch[j][1]) for j in keep], [batch[j][2] for j in keep],
+                     [images[j] for j in keep], [False] * len(keep), 0.0, 0, s["size"],
+                     batch_info={"batch": i // s["batch_size"], "finish_batch": True})
+        made += len(keep)
+        if progress:
+            print(f"[select] finished {min(i + s['batch_size'], len(todo))}/{len(todo)}", file=sys.stderr)
+    records = _done_items(rd)
+    order = [(p["id"], k) for p, k, _ in todo]
+    atomic_write_jsonl(rd.images, [records[key] for key in order if key in records])
+    return made
+
+
+def selection_summary(rd: RunDir, chosen: list[dict], *, n_of: int, keep: int, step: int, steps: int,
+                      n_boot: int = 1000, seed: int = 0) -> dict:
+    """Success of kept vs random images per prompt (deciding scorer), bootstrap CI; the cost."""
+    from .. import stats
+    from .early_stage import image_verdicts
+
+    verdicts, deciding, _ = image_verdicts(rd, rd.read_prompts())
+    ok = lambda r: verdicts.get((r["prompt_id"], r["sample"]), {}).get("verdict")  # noqa: E731
+    by: dict[str, dict[str, list]] = {}
+    for r in chosen:
+        for role in ("kept", "random"):
+            if r.get(role) and ok(r) is not None:
+                by.setdefault(r["prompt_id"], {"kept": [], "random": []})[role].append(float(bool(ok(r))))
+    pairs = [(np.mean(v["kept"]), np.mean(v["random"])) for v in by.values() if v["kept"] and v["random"]]
+    kept, rand = (np.array([p[i] for p in pairs]) for i in (0, 1))
+    n_prompts = len({r["prompt_id"] for r in chosen})
+    scan_cost, finish_cost, full = n_of * (step + 1), keep * steps, n_of * steps
+    out = {"n_of": n_of, "keep": keep, "loop_step": step, "loop_steps": steps, "labels_from": deciding,
+           "cost": {"unit": "denoiser loop iterations per prompt (classifier-free guidance batched: one call each)",
+                    "scan": scan_cost, "finish": finish_cost, "selected_total": scan_cost + finish_cost,
+                    "best_of_n_by_final_judge": full, "saved_fraction": 1 - (scan_cost + finish_cost) / full,
+                    "prompts": n_prompts}}
+    if len(pairs) >= 3:
+        lo, hi = stats.bootstrap_ci(lambda a, b: float(np.mean(a - b)), kept, rand, n_resamples=n_boot, seed=seed)
+        out.update({"n_prompts": len(pairs), "kept_success": float(kept.mean()), "random_success": float(rand.mean()),
+                    "lift": float((kept - rand).mean()), "ci": [lo, hi]})
+    else:
+        out["n_prompts"] = len(pairs)
+    return out
+
+
+def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline: bool = True,
+               progress: bool = True, n_boot: int = 1000) -> dict:
+    """The whole command: lay out the run, scan, choose, finish, score, summarise."""
+    from ..api import expand_suites, prepare_run, score_stage
+    from ..generate import load_pipeline, resolve_device
+    from ..models import resolve_model
+    from ..rundir import RunLock, claim_output_dir
+    from .early import step_at
+
+    if not 1 <= keep <= n_of:
+        raise AuditError(f"--keep {keep} --of {n_of}: keep between 1 and the number of seeds")
+    fitted = load_fitted(from_run)
+    src = fitted["settings"]
+    card = resolve_model(cfg.model)
+    cfg = cfg.model_copy(update={"images_per_prompt": n_of, "steps": src["steps"], "guidance": src["guidance"],
+                                 "size": src["size"], "dtype": src["dtype"], "stages": ["prompts", "generate", "score"]})
+    records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
+    device = resolve_device(cfg.device)
+    step = step_at(at, src["steps"])
+    for cat in sorted({str(p.get("category")) for p in records}):
+        _probe_for(fitted, cat, step)  # every category has a probe at that step, before any work
+    from ..api import default_run_dir
+
+    rd = RunDir(cfg.out or default_run_dir(cfg))
+    claim_output_dir(rd.root, "run")
+    with RunLock(rd.root, 0):
+        prepare_run(cfg, card, records)
+        s = {"steps": src["steps"], "guidance": src["guidance"], "size": src["size"], "dtype": src["dtype"],
+             "seed": cfg.seed, "batch_size": cfg.batch_size, "call": dict(card.call)}
+        rd.update_stage("generate", status="running", selection={"from": str(from_run), "of": n_of, "keep": keep,
+                                                                  "at": at, "loop_step": step}, settings=s)
+        pipe = load_pipeline(card, device, s["dtype"])
+        scanned = scan(rd, pipe, records, fitted, s, n_of=n_of, step=step, progress=progress)
+        chosen = choose(scanned, n_of=n_of, keep=keep, seed=cfg.seed, baseline=baseline)
+        atomic_write_jsonl(rd.root / "selection.jsonl", chosen)
+        made = finish(rd, pipe, card, records, chosen, s, progress)
+        rd.update_stage("generate", status="done", images=sum(1 for r in chosen if r["kept"] or r["random"]),
+                        generated_now=made, planned_batch_size=cfg.batch_size)
+        score_stage(rd, list(card.scorers) or None, {r["category"] for r in records}, device=device,
+                    batch_size=cfg.batch_size, progress=progress, tiny=card.tiny)
+        summary = selection_summary(rd, chosen, n_of=n_of, keep=keep, step=step, steps=src["steps"], n_boot=n_boot,
+                                    seed=cfg.seed)
+        summary.update({"from": str(from_run), "at": at, "baseline": baseline})
+        atomic_write_json(rd.root / "selection.json", summary)
+    return summary

@@ -1,0 +1,178 @@
+"""Per-image early-step features, the per-image study and seed selection, on the shipped mini generator."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from t2i_audit import api, stats
+from t2i_audit.errors import AuditError
+from t2i_audit.probes import early as early_mod
+from t2i_audit.probes.early import extract_early_features, load_early, step_at
+from t2i_audit.rundir import RunDir, read_jsonl
+
+STEPS = 10
+
+
+@pytest.fixture(scope="module")
+def mini_run(tmp_path_factory, repo_root):
+    out = tmp_path_factory.mktemp("early") / "run"
+    cfg = api.make_config(dict(model="mini", prompts=[str(repo_root / "prompts/mini.yaml")], limit=12,
+                               images_per_prompt=4, steps=STEPS, stages=["prompts", "generate", "score"],
+                               out=str(out), device="cpu"))
+    return RunDir(api.run_audit(cfg, progress=False))
+
+
+@pytest.fixture(scope="module")
+def early_meta(mini_run):
+    return extract_early_features(mini_run, "mini", fractions=(0.1, 0.2), progress=False)
+
+
+def test_step_at_counts_loop_iterations():
+    assert [step_at(f, 20) for f in (0.05, 0.1, 0.2, 0.5, 1.0)] == [0, 1, 3, 9, 19]
+    with pytest.raises(AuditError, match="--at 1.5"):
+        step_at(1.5, 20)
+
+
+def test_features_for_every_image_at_the_asked_steps(mini_run, early_meta):
+    arrays, rows, meta = load_early(mini_run)
+    images = [(r["prompt_id"], r["sample"]) for r in mini_run.read_images()]
+    assert sorted(rows) == sorted(images) and len(rows) == 48
+    assert meta["steps"] == [0, 1] and meta["denoiser_iterations"] == {"t000": 1, "t001": 2}
+    # the mini UNet attends to the text on its 16x16 and 8x8 levels (32 px, CrossAttn blocks 1 and 2)
+    assert {"attn-16x16__t001", "attn-8x8__t001", "pooled-mid__t001", "x0__t001"} <= set(arrays)
+    x0 = arrays["x0__t001"].astype(float)
+    assert np.all((x0 >= 0) & (x0 <= 1))
+    attn = arrays["attn-16x16__t001"].astype(float)
+    names = meta["attention_features"]
+    by_id = {p["id"]: p for p in mini_run.read_prompts()}
+    cat = np.array([by_id[pid]["category"] for pid, _ in rows])
+    order = attn[:, names.index("rel1.order")]
+    assert np.isfinite(order[cat == "spatial"]).all() and np.isnan(order[cat != "spatial"]).all()
+    # object-token maps are distributions over the grid: region masses sum to 1
+    regions = attn[:, [names.index(f"obj1.r{i}{j}") for i in (0, 1) for j in (0, 1)]].sum(1)
+    assert np.allclose(regions, 1, atol=2e-3)
+
+
+def test_resume_reuses_and_damage_heals_byte_identical(mini_run, early_meta, monkeypatch):
+    d = mini_run.activations_dir / "early"
+    before = {p.name: p.read_bytes() for p in d.glob("*.npy")}
+    import t2i_audit.generate as gen
+
+    monkeypatch.setattr(gen, "load_pipeline", lambda *a, **k: pytest.fail("finished features were recomputed"))
+    assert extract_early_features(mini_run, "mini", fractions=(0.1, 0.2), progress=False)["key"] == early_meta["key"]
+    monkeypatch.undo()
+    victim = d / "attn-8x8__t000.npy"
+    victim.write_bytes(victim.read_bytes()[:-7] + b"garbage")
+    extract_early_features(mini_run, "mini", fractions=(0.1, 0.2), progress=False)
+    assert {p.name: p.read_bytes() for p in d.glob("*.npy")} == before
+
+
+def test_x0_reference_is_the_deciding_judge_on_the_preview(mini_run, early_meta):
+    """The stored x0 value of the first planned batch equals mini-pixel on a preview decoded here."""
+    from t2i_audit.generate import load_pipeline, plan_batches
+    from t2i_audit.models import resolve_model
+    from t2i_audit.probes.denoiser import run_hooked, run_settings
+    from t2i_audit.probes.preview import PreviewRecorder, decode_previews
+    from t2i_audit.scorers.base import ScoreItem
+    from t2i_audit.scorers.registry import create_scorer
+
+    card = resolve_model("mini")
+    s = run_settings(mini_run, card, "cpu")
+    batch = plan_batches(mini_run.read_prompts(), 4, s["batch_size"])[0]
+    recs = {(r["prompt_id"], r["sample"]): r for r in mini_run.read_images()}
+    seeds = [recs[(p["id"], k)]["seed"] for p, k in batch]
+    pipe = load_pipeline(card, "cpu", s["dtype"])
+    held = {}
+
+    def make(pipe_, _den, clock):
+        held["x0"] = PreviewRecorder(pipe_, clock, [1])
+        return held["x0"]
+
+    run_hooked(pipe, [p["text"] for p, _ in batch], seeds, steps=s["steps"], guidance=s["guidance"], size=s["size"],
+               call_kwargs=s["call"], attach=[make], stop_after=1)
+    previews = decode_previews(pipe, held["x0"].latents[1])
+    judge = create_scorer("mini-pixel")
+    judge.load()
+    values = [r[-1]["value"] for r in judge.score([ScoreItem(p, recs[(p["id"], k)], im)
+                                                   for (p, k), im in zip(batch, previews)])]
+    arrays, rows, _ = load_early(mini_run)
+    stored = [float(arrays["x0__t001"][rows.index((p["id"], k)), 0]) for p, k in batch]
+    assert np.allclose(stored, values, atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def studied(mini_run, early_meta):
+    from t2i_audit.probes.early_stage import run_early_stage
+
+    return run_early_stage(mini_run, model="mini", fractions=(0.1, 0.2), n_boot=50, progress=False)
+
+
+def test_study_references_are_recomputable(mini_run, studied):
+    from t2i_audit.probes.early_stage import image_verdicts
+
+    saved = json.loads((mini_run.probes_dir / "early.json").read_text())
+    assert saved["steps"] == [0, 1]
+    arrays, rows, _ = load_early(mini_run)
+    verdicts, _, _ = image_verdicts(mini_run, mini_run.read_prompts())
+    by_id = {p["id"]: p for p in mini_run.read_prompts()}
+    fitted = [c for c, r in saved["categories"].items() if "steps" in r]
+    assert fitted, saved["categories"]
+    for cat in fitted:
+        idx = [i for i, (pid, k) in enumerate(rows) if by_id[pid]["category"] == cat]
+        y = np.array([not verdicts[rows[i]]["verdict"] for i in idx], dtype=int)
+        x0 = 1 - arrays["x0__t001"][idx, 0].astype(float)
+        got = saved["categories"][cat]["steps"]["t001"]["families"]["probe"]["compositions"]
+        assert got["n"] == len(idx) and got["failure_rate"] == pytest.approx(y.mean())
+        assert got["references"]["x0 preview"]["auroc"]["auroc"] == pytest.approx(stats.auroc(y, x0))
+        assert 0 <= got["auroc"]["auroc"] <= 1
+
+
+def test_select_end_to_end(mini_run, studied, tmp_path):
+    from t2i_audit.generate import image_seed
+    from t2i_audit.probes.select import select_run
+
+    cats = [c for c, r in studied["categories"].items() if "steps" in r]
+    prompts = [p for p in mini_run.read_prompts() if p["category"] in cats]
+    src = tmp_path / "prompts.jsonl"
+    src.write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    cfg = api.make_config(dict(model="mini", prompts=[str(src)], out=str(tmp_path / "sel"), device="cpu"))
+    res = select_run(cfg, mini_run.root, n_of=2, keep=1, at=0.2, n_boot=50, progress=False)
+    # scan 2 seeds x 2 iterations + finish 1 x 10, against best-of-2 by the final judge (2 x 10)
+    assert res["cost"]["selected_total"] == 14 and res["cost"]["saved_fraction"] == pytest.approx(0.3)
+    rd = RunDir(tmp_path / "sel")
+    chosen = list(read_jsonl(rd.root / "selection.jsonl"))
+    assert len(chosen) == 2 * len(prompts)
+    images = {(r["prompt_id"], r["sample"]): r for r in rd.read_images()}
+    for pid in {p["id"] for p in prompts}:
+        cands = sorted((r for r in chosen if r["prompt_id"] == pid), key=lambda r: (r["risk"], r["sample"]))
+        assert cands[0]["kept"] and not cands[1]["kept"]
+        for r in cands:
+            assert ((pid, r["sample"]) in images) == (r["kept"] or r["random"])
+            assert r["seed"] == image_seed(pid, r["sample"], 0)
+    assert rd.scores("mini-pixel").exists()
+    assert json.loads((rd.root / "selection.json").read_text())["n_of"] == 2
+
+
+def test_select_needs_a_probed_run(mini_run, tmp_path):
+    from t2i_audit.probes.select import load_fitted
+
+    with pytest.raises(AuditError, match="early_probes.json"):
+        load_fitted(tmp_path)
+
+
+def test_slot_keys_must_be_the_attention_keys(monkeypatch, mini_run, early_meta):
+    """A pipeline whose attention keys are not its tokenizer's tokens is refused, not mislabelled."""
+    from t2i_audit.generate import load_pipeline
+    from t2i_audit.models import resolve_model
+    from t2i_audit.probes.denoiser import run_settings
+
+    real = early_mod.slot_positions
+    monkeypatch.setattr(early_mod, "slot_positions", lambda *a: (*real(*a)[:2], 5))
+    card = resolve_model("mini")
+    s = run_settings(mini_run, card, "cpu")
+    p = mini_run.read_prompts()[0]
+    with pytest.raises(AuditError, match="keys but the prompt has 5 tokens"):
+        early_mod._replay_batch(load_pipeline(card, "cpu", s["dtype"]), [(p, 0)], [1], s, [0], previews=False)
