@@ -44,6 +44,7 @@ import numpy as np
 
 from ..errors import AuditError
 from ..rundir import atomic_write_json, atomic_write_jsonl, file_sha256, read_jsonl
+from ..safeload import read_cache_json, read_json
 
 CHUNK = 256
 MODE_VERSION = 2  # 2: the pipeline's own encode_prompt (1: our own padding/masking)
@@ -58,7 +59,8 @@ def discover_text_encoders(path: Path) -> list[dict]:
         tok = "tokenizer" + enc.name[len("text_encoder"):]
         if not (path / tok).is_dir():
             continue
-        mtype = json.loads((enc / "config.json").read_text()).get("model_type", "")
+        config = read_json(enc / "config.json", finite=False)  # the user's model folder: a located error
+        mtype = str(config.get("model_type", "")) if isinstance(config, dict) else ""
         kind = "t5" if "t5" in mtype else "clip" if "clip" in mtype else mtype or "auto"
         found.append({"name": enc.name, "tokenizer": tok, "kind": kind})
     return found
@@ -145,11 +147,8 @@ def _encoder_key(fingerprint: str, layers, poolings, ids, mode: dict) -> str:
 
 
 def _finished(enc_dir: Path, key: str) -> dict | None:
-    meta_path = enc_dir / "meta.json"
-    if not meta_path.exists():
-        return None
-    meta = json.loads(meta_path.read_text())
-    if meta.get("key") == key and arrays_intact(enc_dir, meta):
+    meta = read_cache_json(enc_dir / "meta.json")  # missing or damaged: extracted again
+    if meta is not None and meta.get("key") == key and arrays_intact(enc_dir, meta):
         return meta
     return None
 
@@ -221,8 +220,11 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
     for folder in parts.values():
         folder.mkdir(parents=True, exist_ok=True)
     n_chunks = (len(ids) + CHUNK - 1) // CHUNK
+    # parts whose info.json (how the encoder ran) is lost or damaged are encoded again, rewriting it
+    has_info = {n: read_cache_json(parts[n] / "info.json") is not None for n in todo}
     with state.split_between_processes(list(range(n_chunks))) as share:
-        missing = [c for c in share if not all((parts[n] / f"part_{c:05d}.npz").exists() for n in todo)]
+        missing = [c for c in share
+                   if not all(has_info[n] and (parts[n] / f"part_{c:05d}.npz").exists() for n in todo)]
     if missing:  # a process whose chunks are all on disk loads nothing
         pipe = load_text_pipeline(path, revision=card.revision, variant=card.variant, device=device, dtype=dtype,
                                   components=card.load_components(dtype, text_only=True))
@@ -243,8 +245,9 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
                 if name not in res:
                     raise AuditError(f"{encoder.pipeline_class}.encode_prompt did not run {name}")
                 info = res[name].pop("_info")
-                if not (parts[name] / "info.json").exists():  # how the encoder ran, for meta.json
+                if not has_info[name]:  # how the encoder ran, for meta.json
                     atomic_write_json(parts[name] / "info.json", info)
+                    has_info[name] = True
                 res[name].pop("_layers")
                 for k, v in res[name].items():
                     acc[name].setdefault(k, []).append(v)
@@ -260,7 +263,7 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
     for name in todo:
         enc_dir = Path(out_dir) / name
         metas[name] = _finish_encoder(enc_dir, parts[name], n_chunks, ids, key=keys[name], fingerprint=fps[name],
-                                      info=json.loads((parts[name] / "info.json").read_text()),
+                                      info=read_json(parts[name] / "info.json", finite=False),
                                       kind=next(e.get("kind") for e in encoders if e["name"] == name),
                                       model=model, progress=progress)
     return metas
@@ -288,12 +291,18 @@ def _finish_encoder(enc_dir: Path, parts: Path, n_chunks: int, ids: list[str], *
               f"{meta.get('sequence_length')} tokens (listed in {enc_dir / 'meta.json'})", file=sys.stderr)
     return meta
 
+
 def load_activations(enc_dir: Path) -> tuple[dict, list[str]]:
     """(meta, prompt ids by row) of a finished encoder directory."""
     enc_dir = Path(enc_dir)
     if not (enc_dir / "meta.json").exists():
         raise AuditError(f"{enc_dir}: no finished extraction (meta.json missing); run `t2i-audit probe`")
-    meta = json.loads((enc_dir / "meta.json").read_text())
+    try:  # damaged: `probe` extracts it again (its _finished reads it as not done)
+        meta = read_json(enc_dir / "meta.json", finite=False)
+    except AuditError as e:
+        raise AuditError(f"{e}; rerun `t2i-audit probe` to extract it again") from None
+    if not isinstance(meta, dict):
+        raise AuditError(f"{enc_dir / 'meta.json'}: not a JSON object; rerun `t2i-audit probe` to extract it again")
     ids = [r["prompt_id"] for r in read_jsonl(enc_dir / "index.jsonl")]
     return meta, ids
 

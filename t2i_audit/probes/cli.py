@@ -93,12 +93,30 @@ def predict(
     out: Optional[Path] = typer.Option(None, "--out", help="Ranking JSONL; default <prompts stem>.risk.jsonl."),
     device: str = typer.Option("cpu", "--device"),
     top: int = typer.Option(10, "--top", help="How many of the riskiest to print."),
+    early: bool = typer.Option(False, "--early", help="Per image: run --of seeds of each prompt to --at and rank "
+                               "(prompt, seed) by the per-image probe of `probe --early` (probes/early_probes.json)."),
+    of: int = typer.Option(4, "--of", help="With --early: seeds per prompt."),
+    at: float = typer.Option(0.2, "--at", help="With --early: fraction of the steps run."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
 ) -> None:
-    """Rank never-generated prompts by predicted failure risk, using a run's fitted probe."""
+    """Rank never-generated prompts (or, with --early, their seeds) by predicted failure risk, using a run's fitted probe."""
     from . import predict_failures
 
     out = out or prompts.with_name(prompts.stem + ".risk.jsonl")
-    ranked = predict_failures(model, prompts, from_run, out, device=device)
+    from ..rundir import claim_output_file
+
+    claim_output_file(out, force=force)  # before any work, --early too: never replace a file unasked
+    if early:
+        from .predict import load_prompts
+        from .select import scan_only
+
+        ranked = sorted(scan_only(model, load_prompts(prompts), from_run, out, n_of=of, at=at, device=device),
+                        key=lambda r: -r["risk"])
+        for r in ranked[:top]:
+            typer.echo(f"{r['risk']:.3f}  seed {r['seed']}  {r['text']}")
+        typer.echo(f"{len(ranked)} (prompt, seed) pairs scored -> {out}")
+        return
+    ranked = predict_failures(model, prompts, from_run, out, device=device, force=force)
     for r in ranked[:top]:
         typer.echo(f"{r['rank']:>4}  {r['risk']:.3f}  {r['text']}")
     typer.echo(f"{len(ranked)} prompts ranked -> {out}")

@@ -14,7 +14,8 @@ At each step (default: after the first 10 % and 20 % of loop iterations, ``step_
   and attribute token looks, whether an attribute looks where its own object does, whether the two
   objects sit in the order the relation names;
 * ``x0`` — the **x0 preview** (probes/preview.py), judged by the run's deciding scorer for the
-  prompt's category: the fraction of its questions passed (the cheap reference to beat).
+  prompt's category: column 0 the fraction of its questions passed (the cheap reference to beat),
+  then each question's value.
 
 Slot tokens are the pipeline's own: its ``encode_prompt`` is run with recording tokenizers
 (pipeline_text.capture_encoder_calls) and each slot's character span mapped onto the tokens the
@@ -44,7 +45,8 @@ from .activations import array_hashes, arrays_intact, merge_parts, save_part
 
 DEFAULT_FRACTIONS = (0.1, 0.2)
 CHUNK = 64
-FORMAT = 1
+FORMAT = 2
+MAX_QUESTIONS = 8  # per-question x0 values kept (the mini suite asks at most 5)
 
 
 def step_at(fraction: float, n_steps: int) -> int:
@@ -134,9 +136,11 @@ class PreviewJudge:
         return dict(self.by_cat)
 
     def __call__(self, batch: list[tuple[dict, int]], records: list[dict], images) -> np.ndarray:
+        """``(len(batch), 1 + MAX_QUESTIONS)``: the fraction of questions passed, then each question's value
+        in the prompt's question order (NaN past its questions or where the scorer declined)."""
         from ..scorers.base import ScoreItem
 
-        out = np.full(len(batch), np.nan, dtype=np.float32)
+        out = np.full((len(batch), 1 + MAX_QUESTIONS), np.nan, dtype=np.float32)
         for name, sc in self.scorers.items():
             rows = [j for j, (p, _) in enumerate(batch) if self.by_cat.get(p.get("category")) == name]
             if not rows:
@@ -144,7 +148,9 @@ class PreviewJudge:
             items = [ScoreItem(batch[j][0], records[j], images[j]) for j in rows]
             for j, recs in zip(rows, sc.score(items)):
                 v = recs[-1].get("value")
-                out[j] = np.nan if v is None else float(v)
+                out[j, 0] = np.nan if v is None else float(v)
+                qs = [r.get("value") for r in recs if r.get("kind") == "question"][:MAX_QUESTIONS]
+                out[j, 1:1 + len(qs)] = [np.nan if q is None else float(q) for q in qs]
         return out
 
 
@@ -205,7 +211,7 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
             recs = [images[(p["id"], k)] for p, k in plan[b]]
             for name, v in got.items():
                 if name.startswith("x0img__"):
-                    acc.setdefault("x0" + name[5:], []).append(judge(plan[b], recs, v)[:, None])
+                    acc.setdefault("x0" + name[5:], []).append(judge(plan[b], recs, v))
                 else:
                     acc.setdefault(name, []).append(np.asarray(v, dtype=np.float32))
         save_part(parts / f"part_{c:05d}.npz", {k: np.concatenate(v).astype(np.float32) for k, v in acc.items()})

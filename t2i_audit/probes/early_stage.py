@@ -117,13 +117,16 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
             refs_s.update({k: v[te_s] for k, v in ceiling.items()})
             per_step: dict = {}
             for fam in per_image.FAMILIES:
-                X = per_image.design(arrays, step, fam, idx, onehot[idx] if fam == "probe" else None)
+                if fam == "probe+x0" and x0 not in arrays:
+                    continue
+                headline = fam.startswith("probe")
+                X = per_image.design(arrays, step, fam, idx, onehot[idx] if headline else None)
                 risk = per_image.oof(X, y, groups, folds, seed)
                 per_step[fam] = {
-                    "compositions": per_image.compare(y, risk, refs_c if fam == "probe" else {}, clusters,
+                    "compositions": per_image.compare(y, risk, refs_c if headline else {}, clusters,
                                                       n_boot=n_boot, seed=seed),
                     "seeds": per_image.compare(y[te_s], _split_risk(X, y, groups, tr_s, te_s, seed),
-                                               refs_s if fam == "probe" else {}, clusters[te_s],
+                                               refs_s if headline else {}, clusters[te_s],
                                                n_boot=n_boot, seed=seed)}
                 if fam == "probe":
                     risks += [{"prompt_id": rows[i][0], "sample": rows[i][1], "category": cat, "step": step,

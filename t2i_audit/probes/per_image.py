@@ -17,8 +17,9 @@ scorer (no fitting: risk = 1 − fraction of questions passed) and, where the ru
 scorer, the final image judged by it (a ceiling no early probe should be expected to reach).
 
 Feature families: ``attention`` (cross-attention composition statistics, every grid), ``pooled``
-(every block's pooled image stream), and ``probe`` = attention + pooled + prompt one-hot — the
-headline, fixed before any number was seen. Fitted probes are stored as plain arrays (no pickle:
+(every block's pooled image stream), ``probe`` = attention + pooled + prompt one-hot — the
+headline, fixed before any number was seen — and ``probe+x0``, which adds the deciding scorer's
+answers on the x0 preview (what the preview shows, where the attention says where and which token). Fitted probes are stored as plain arrays (no pickle:
 a run folder is data, never code) for ``select`` and ``predict``.
 """
 
@@ -32,17 +33,18 @@ from .. import stats
 from ..errors import AuditError
 
 CS = (0.01, 0.1, 1.0)
-FAMILIES = ("attention", "pooled", "probe")
+FAMILIES = ("attention", "pooled", "probe", "probe+x0")
 
 
 def design(arrays: Mapping[str, np.ndarray], step: int, family: str, rows: np.ndarray | slice,
            onehot: np.ndarray | None = None) -> np.ndarray:
     """The feature matrix of ``family`` at ``step`` for ``rows`` (``onehot``: the prompt features of those rows)."""
     tag = f"__t{step:03d}"
-    pick = {"attention": ("attn-",), "pooled": ("pooled-",), "probe": ("attn-", "pooled-")}[family]
+    pick = {"attention": ("attn-",), "pooled": ("pooled-",), "probe": ("attn-", "pooled-"),
+            "probe+x0": ("attn-", "pooled-", "x0__")}[family]
     names = sorted(n for n in arrays if n.endswith(tag) and n.startswith(pick))
     parts = [np.asarray(arrays[n][rows], dtype=np.float32) for n in names]
-    if family == "probe" and onehot is not None:
+    if family.startswith("probe") and onehot is not None:
         parts.append(np.asarray(onehot, dtype=np.float32))
     if not parts:
         raise AuditError(f"no {family} features at step {step} (have {sorted(arrays)[:6]}…)")

@@ -7,14 +7,14 @@ prompts costs seconds, not a generation.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_jsonl, read_jsonl
+from ..rundir import RunDir, atomic_write_jsonl, claim_output_file, read_jsonl
+from ..safeload import read_json
 from .activations import encoder_fingerprint, resolve_text_encoders
 
 
@@ -36,11 +36,15 @@ def load_probe(from_run) -> dict:
     if not path.exists():
         raise AuditError(f"{path}: no fitted failure probe; run `t2i-audit probe {from_run}` on a "
                          "scored run first")
-    return json.loads(path.read_text())
+    probe = read_json(path, finite=False)  # damaged: a located error, not a traceback
+    if not isinstance(probe, dict):
+        raise AuditError(f"{path}: not a JSON object; run `t2i-audit probe {from_run}` again")
+    return probe
 
 
 def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu",
-                     batch_size: int = 32) -> list[dict]:
+                     batch_size: int = 32, force: bool = False) -> list[dict]:
+    claim_output_file(out_path, force=force)  # before any work: an existing file is replaced only with force
     probe = load_probe(from_run)
     info = resolve_text_encoders(model)
     enc = next((e for e in info["text_encoders"] if e["name"] == probe["encoder"]), None)

@@ -71,14 +71,14 @@ def random_picks(prompt_id: str, n_of: int, keep: int, seed: int) -> list[int]:
     return sorted(random.Random(digest).sample(range(n_of), keep))
 
 
-def scan(rd: RunDir, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: int, step: int,
+def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: int, step: int,
          progress: bool) -> list[dict]:
-    """Risk of every (prompt, sample < n_of) from its features at ``step``; resumable (selection.jsonl)."""
+    """Risk of every (prompt, sample < n_of) from its features at ``step``, written to ``path`` (JSONL) batch by
+    batch; resumable."""
     from ..generate import image_seed, plan_batches
     from .early import _replay_batch
     from .per_image import apply_probe, design
 
-    path = rd.root / "selection.jsonl"
     done = {(r["prompt_id"], r["sample"]): r for r in read_jsonl(path)} if path.exists() else {}
     plan = plan_batches(prompts, n_of, s["batch_size"])
     out = []
@@ -92,11 +92,31 @@ def scan(rd: RunDir, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: 
         X = design(arrays, step, "probe", slice(None), onehot_by_names(recs, fitted["onehot"]))
         for j, (p, k) in enumerate(batch):
             risk = float(apply_probe(_probe_for(fitted, str(p.get("category")), step), X[j:j + 1])[0])
-            out.append({"prompt_id": p["id"], "sample": k, "seed": seeds[j], "risk": risk})
+            out.append({"prompt_id": p["id"], "sample": k, "seed": seeds[j], "risk": risk,
+                        "category": p.get("category"), "text": p["text"]})
         atomic_write_jsonl(path, out)  # whole batches only: a kill loses at most this batch
         if progress:
             print(f"[select] scanned batch {b + 1}/{len(plan)}", file=sys.stderr)
     return out
+
+
+def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_of: int, at: float, seed: int = 0,
+              batch_size: int = 4, device: str = "cpu", progress: bool = True) -> list[dict]:
+    """``predict --early``: the risk of each of N seeds of each prompt after the early steps, nothing finished."""
+    from ..generate import load_pipeline, resolve_device
+    from ..models import resolve_model
+    from .early import step_at
+
+    fitted = load_fitted(from_run)
+    src = fitted["settings"]
+    step = step_at(at, src["steps"])
+    for cat in sorted({str(p.get("category")) for p in prompts}):
+        _probe_for(fitted, cat, step)
+    card = resolve_model(model)
+    s = {"steps": src["steps"], "guidance": src["guidance"], "size": src["size"], "dtype": src["dtype"],
+         "seed": seed, "batch_size": batch_size, "call": dict(card.call)}
+    pipe = load_pipeline(card, resolve_device(device), s["dtype"])
+    return scan(out, pipe, prompts, fitted, s, n_of=n_of, step=step, progress=progress)
 
 
 def choose(scanned: list[dict], *, n_of: int, keep: int, seed: int, baseline: bool) -> list[dict]:
@@ -207,7 +227,7 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
         rd.update_stage("generate", status="running", selection={"from": str(from_run), "of": n_of, "keep": keep,
                                                                   "at": at, "loop_step": step}, settings=s)
         pipe = load_pipeline(card, device, s["dtype"])
-        scanned = scan(rd, pipe, records, fitted, s, n_of=n_of, step=step, progress=progress)
+        scanned = scan(rd.root / "selection.jsonl", pipe, records, fitted, s, n_of=n_of, step=step, progress=progress)
         chosen = choose(scanned, n_of=n_of, keep=keep, seed=cfg.seed, baseline=baseline)
         atomic_write_jsonl(rd.root / "selection.jsonl", chosen)
         made = finish(rd, pipe, card, records, chosen, s, progress)

@@ -66,6 +66,7 @@ def _category(name: str, r: dict, loop_steps: int) -> dict:
         rows.append({"step": t, "x": f"{st.get('iterations')}/{loop_steps}", "fraction": _f(st.get("fraction")),
                      "probe": _auc(c), "attention": _auc(fams["attention"]["compositions"]),
                      "pooled": _auc(fams["pooled"]["compositions"]), "seeds": _auc(fams["probe"]["seeds"]),
+                     "with_x0": _auc((fams.get("probe+x0") or {}).get("compositions")),
                      "diffs": diffs, "selection": sel,
                      "types": {k: _f(v.get("auroc")) for k, v in (fams["probe"].get("by_failure_type") or {}).items()}})
     vals = [v for s in series for v in s["ys"] if v is not None]

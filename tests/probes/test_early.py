@@ -13,7 +13,7 @@ from t2i_audit.probes import early as early_mod
 from t2i_audit.probes.early import extract_early_features, load_early, step_at
 from t2i_audit.rundir import RunDir, read_jsonl
 
-STEPS = 10
+STEPS = 6
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +43,9 @@ def test_features_for_every_image_at_the_asked_steps(mini_run, early_meta):
     assert meta["steps"] == [0, 1] and meta["denoiser_iterations"] == {"t000": 1, "t001": 2}
     # the mini UNet attends to the text on its 16x16 and 8x8 levels (32 px, CrossAttn blocks 1 and 2)
     assert {"attn-16x16__t001", "attn-8x8__t001", "pooled-mid__t001", "x0__t001"} <= set(arrays)
-    x0 = arrays["x0__t001"].astype(float)
-    assert np.all((x0 >= 0) & (x0 <= 1))
+    x0 = arrays["x0__t001"].astype(float)  # fraction passed, then each question's value (NaN past the last)
+    assert np.all((x0[:, 0] >= 0) & (x0[:, 0] <= 1))
+    assert np.all(np.isnan(x0) | ((x0 >= 0) & (x0 <= 1))) and np.isfinite(x0[:, 1:3]).all()
     attn = arrays["attn-16x16__t001"].astype(float)
     names = meta["attention_features"]
     by_id = {p["id"]: p for p in mini_run.read_prompts()}
@@ -140,8 +141,8 @@ def test_select_end_to_end(mini_run, studied, tmp_path):
     src.write_text("".join(json.dumps(p) + "\n" for p in prompts))
     cfg = api.make_config(dict(model="mini", prompts=[str(src)], out=str(tmp_path / "sel"), device="cpu"))
     res = select_run(cfg, mini_run.root, n_of=2, keep=1, at=0.2, n_boot=50, progress=False)
-    # scan 2 seeds x 2 iterations + finish 1 x 10, against best-of-2 by the final judge (2 x 10)
-    assert res["cost"]["selected_total"] == 14 and res["cost"]["saved_fraction"] == pytest.approx(0.3)
+    # scan 2 seeds x 2 iterations + finish 1 x 6, against best-of-2 by the final judge (2 x 6)
+    assert res["cost"]["selected_total"] == 10 and res["cost"]["saved_fraction"] == pytest.approx(1 / 6)
     rd = RunDir(tmp_path / "sel")
     chosen = list(read_jsonl(rd.root / "selection.jsonl"))
     assert len(chosen) == 2 * len(prompts)
@@ -176,3 +177,26 @@ def test_slot_keys_must_be_the_attention_keys(monkeypatch, mini_run, early_meta)
     p = mini_run.read_prompts()[0]
     with pytest.raises(AuditError, match="keys but the prompt has 5 tokens"):
         early_mod._replay_batch(load_pipeline(card, "cpu", s["dtype"]), [(p, 0)], [1], s, [0], previews=False)
+
+
+def test_predict_early_ranks_seeds_as_select_scans_them(mini_run, studied, tmp_path):
+    """`predict --early` scores (prompt, seed) pairs exactly as `select` scanned them."""
+    from typer.testing import CliRunner
+
+    from t2i_audit.cli import app
+
+    cats = [c for c, r in studied["categories"].items() if "steps" in r]
+    prompts = [p for p in mini_run.read_prompts() if p["category"] in cats][:2]
+    src = tmp_path / "p.jsonl"
+    src.write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    out = tmp_path / "risk.jsonl"
+    res = CliRunner().invoke(app, ["predict", "--model", "mini", "--prompts", str(src), "--from", str(mini_run.root),
+                                   "--early", "--of", "2", "--at", "0.2", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = list(read_jsonl(out))
+    assert len(rows) == 4 and "4 (prompt, seed) pairs scored" in res.output
+    assert all(0 <= r["risk"] <= 1 for r in rows)
+    from t2i_audit.generate import image_seed
+
+    assert {(r["prompt_id"], r["seed"]) for r in rows} == {(p["id"], image_seed(p["id"], k, 0))
+                                                          for p in prompts for k in (0, 1)}
