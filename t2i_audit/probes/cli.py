@@ -152,6 +152,7 @@ def select(
     from_run: Path = typer.Option(..., "--from", help="Run probed with `probe --early` (probes/early_probes.json)."),
     prompts: Optional[list[Path]] = typer.Option(None, "--prompts", help="Suite YAML or prompts JSONL; default: the --from run's prompts."),
     model: Optional[str] = typer.Option(None, "--model", help="Default: the --from run's model."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Keep a balanced, deterministic subset of N prompts."),
     of: int = typer.Option(4, "--of", help="Seeds scanned per prompt (N)."),
     keep: int = typer.Option(1, "--keep", help="Seeds finished per prompt (K)."),
     at: float = typer.Option(0.2, "--at", help="Fraction of the steps the scan runs (a step the probes were fitted at)."),
@@ -171,7 +172,7 @@ def select(
         raise AuditError(f"{from_run}: the run does not record its model; pass --model")
     paths = [str(p) for p in prompts] if prompts else [str(Path(from_run) / "prompts.jsonl")]
     cfg = make_config({"model": model, "prompts": paths, "seed": seed, "batch_size": batch_size, "device": device,
-                       "out": str(out) if out else None}, "select options")
+                       "limit": limit, "out": str(out) if out else None}, "select options")
     res = select_run(cfg, from_run, n_of=of, keep=keep, at=at, baseline=baseline, progress=not quiet)
     c = res["cost"]
     typer.echo(f"selection: {c['selected_total']} of {c['best_of_n_by_final_judge']} loop iterations per prompt "

@@ -65,13 +65,36 @@ def slot_positions(pipe, texts: Sequence[str], prompts: Sequence[dict], call: di
     c = calls[0]
     if c.offsets is None:
         raise AuditError(f"{type(pipe).__name__} {c.encoder}: the tokenizer gives no offsets, slot tokens unknown")
+    rows = denoiser_rows(pipe, c.encoder, int(c.input_ids.shape[1]), call)
+    key_of = {r: i for i, r in enumerate(rows)}
     slots, words = [], []
     for b, p in enumerate(prompts):
         spans = p.get("spans") or {}
         moved = map_spans(p["text"], c.seen_texts[b], spans)
-        slots.append(token_slots(c.offsets[b], moved, list(spans), c.real[b]))
-        words.append([i for i, (s, e) in enumerate(c.offsets[b]) if e > s and bool(c.real[b][i])])
-    return slots, words, int(c.input_ids.shape[1])
+        found = token_slots(c.offsets[b], moved, list(spans), c.real[b])
+        slots.append({k: [key_of[i] for i in v if i in key_of] for k, v in found.items()})
+        words.append([key_of[i] for i, (s, e) in enumerate(c.offsets[b])
+                      if e > s and bool(c.real[b][i]) and i in key_of])
+    return slots, words, len(rows)
+
+
+def denoiser_rows(pipe, encoder: str, length: int, call: dict | None) -> list[int]:
+    """The tokenizer positions the denoiser receives, in order: key ``i`` is token ``rows[i]``. families.yaml
+    ``drop_prefix`` / ``select_rows`` (Sana: token 0 and the last ``max_sequence_length − 1``), as
+    pipeline_text._rows_the_denoiser_sees marks them."""
+    from ..families import pipeline_family
+    from .pipeline_text import encode_kwargs
+
+    fam = pipeline_family(type(pipe).__name__) or {}
+    rows = list(range(length))
+    attr = (fam.get("drop_prefix") or {}).get(encoder)
+    if attr:
+        rows = rows[int(getattr(pipe, attr)):]
+    sel = (fam.get("select_rows") or {}).get(encoder)
+    if sel:
+        last = int(encode_kwargs(pipe, call)[sel["last"]]) + int(sel.get("last_offset", 0))
+        rows = [r for r in rows if r < sel["first"] or r >= max(length - last, 0)]
+    return rows
 
 
 def _replay_batch(pipe, batch: list[tuple[dict, int]], seeds: list[int], s: dict, steps: list[int],

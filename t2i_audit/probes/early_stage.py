@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
 from . import per_image
 from .early import DEFAULT_FRACTIONS, extract_early_features, load_early

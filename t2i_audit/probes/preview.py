@@ -14,6 +14,7 @@ pipeline's ``image_processor.postprocess``. Packed latents (FLUX's 2×2 token pa
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable
 
 from ..errors import AuditError
@@ -36,11 +37,15 @@ class PreviewRecorder:
         self._orig = sched.step
         orig = self._orig
 
+        @functools.wraps(orig)  # pipelines read step()'s signature to decide on passing generator / eta
         def step(model_output, timestep, sample, *args, **kwargs):
             i = self.clock.step
             sigma = None
-            if i in self.steps and getattr(sched, "sigmas", None) is not None and sched.step_index is not None:
-                sigma = sched.sigmas[sched.step_index]  # before the step moves step_index on
+            if i in self.steps and getattr(sched, "sigmas", None) is not None:
+                if sched.step_index is None and hasattr(sched, "_init_step_index"):
+                    sched._init_step_index(timestep)  # what step() itself does first (flow matching at step 0)
+                if sched.step_index is not None:
+                    sigma = sched.sigmas[sched.step_index]  # before the step moves step_index on
             out = orig(model_output, timestep, sample, *args, **kwargs)
             if i in self.steps:
                 x0 = getattr(out, "pred_original_sample", None) if not isinstance(out, tuple) else (

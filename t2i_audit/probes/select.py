@@ -22,7 +22,6 @@ images not finished are simply absent.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import sys
 from pathlib import Path
