@@ -200,3 +200,32 @@ def test_predict_early_ranks_seeds_as_select_scans_them(mini_run, studied, tmp_p
 
     assert {(r["prompt_id"], r["seed"]) for r in rows} == {(p["id"], image_seed(p["id"], k, 0))
                                                           for p in prompts for k in (0, 1)}
+
+
+def test_report_section_renders_in_a_browser(mini_run, studied, tmp_path):
+    """The early-prediction section as a person sees it: headless Chromium, no console errors, every fitted
+    category with its AUROC table and its images ranked by risk."""
+    import shutil
+    import subprocess
+
+    from t2i_audit.report import render_report
+
+    page = render_report(mini_run.root, progress=False)
+    chromium = next((shutil.which(c) for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)),
+                    None)
+    html = page.read_text()
+    fitted = [c for c, r in studied["categories"].items() if "steps" in r]
+    for cat in fitted:
+        assert f"{cat}: images ranked by predicted risk" in html
+    if chromium is None:
+        pytest.skip("no Chromium binary")
+    r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom",
+                        page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0
+    assert not [l for l in r.stderr.splitlines() if ":CONSOLE" in l and "ERROR" in l.upper()]
+    dom = r.stdout
+    section = dom[dom.index('id="early"'):]
+    section = section[:section.index("</section>")]
+    assert "probe AUROC [95% CI]" in section and "x0 preview" in section
+    assert section.count('<figure class="rk') >= 2 * len(fitted)
