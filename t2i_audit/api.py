@@ -53,8 +53,21 @@ class RunConfig(BaseModel):
     stages: list[str] = list(STAGES)
     out: Optional[str] = None
 
-    def fingerprint(self) -> str:
-        """Hash of what changes the output (not where it goes, not which stages run now)."""
+    def fingerprint(self, card=None) -> str:
+        """Hash of what changes the output (not where it goes, not which stages run now).
+
+        Hashed with the card's defaults filled in (steps, guidance, size, dtype), as run.yaml
+        records them: a fresh run and its `run --config RUN/run.yaml` resume share one fingerprint,
+        and so do `--steps 30` and no --steps where the card's default is 30. Runs made before this
+        hashed the unfilled settings: ``default_run_dir`` still finds them under their old name.
+        """
+        from .models import resolve_model
+
+        filled = {**self.model_dump(), **resolved_settings(self, card or resolve_model(self.model))}
+        # validated again so a card's ``guidance: 1`` hashes as the 1.0 that run.yaml reads back
+        return RunConfig.model_validate(filled)._hash()
+
+    def _hash(self) -> str:
         return stable_hash(self.model_dump(exclude={"out", "stages", "device", "batch_size"}))[:6]
 
 
@@ -95,10 +108,14 @@ def expand_suites(paths: list[str], limit: Optional[int] = None, seed: int = 0) 
     return sample_records(records, limit, seed) if limit else records
 
 
-def default_run_dir(cfg: RunConfig) -> Path:
+def default_run_dir(cfg: RunConfig, card=None) -> Path:
     suites = "+".join(Path(p).stem for p in cfg.prompts)
     model = cfg.model.replace("hf:", "").replace("/", "--").replace("@", "-").strip(".-") or "model"
-    return Path("runs") / f"{model}_{suites}_{cfg.fingerprint()}"
+    root = Path("runs") / f"{model}_{suites}_{cfg.fingerprint(card)}"
+    # a run made before the fingerprint filled in the card's defaults is named by the unfilled
+    # hash: rerunning its command resumes it there rather than starting over
+    legacy = root.with_name(f"{model}_{suites}_{cfg._hash()}")
+    return legacy if not root.exists() and legacy.exists() else root
 
 
 def library_versions() -> dict[str, Optional[str]]:
@@ -119,7 +136,7 @@ def resolved_settings(cfg: RunConfig, card) -> dict:
 
 def prepare_run(cfg: RunConfig, card, records: list[dict]) -> RunDir:
     """Lay out the run directory: run.yaml, manifest, prompts.jsonl (validated records)."""
-    run = RunDir(cfg.out or default_run_dir(cfg))
+    run = RunDir(cfg.out or default_run_dir(cfg, card))
     if run.prompts.exists():
         old = [r["id"] for r in read_jsonl(run.prompts)]
         if old != [r["id"] for r in records]:
@@ -131,7 +148,7 @@ def prepare_run(cfg: RunConfig, card, records: list[dict]) -> RunDir:
     atomic_write_text(run.config, yaml.safe_dump(resolved, sort_keys=False))
     manifest = run.read_manifest()
     manifest.setdefault("created_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    manifest.update({"fingerprint": cfg.fingerprint(), "model": card.as_dict(), "versions": library_versions(),
+    manifest.update({"fingerprint": cfg.fingerprint(card), "model": card.as_dict(), "versions": library_versions(),
                      "command": sys.argv, "suites": sorted({r["suite"] for r in records})})
     manifest.setdefault("stages", {})["prompts"] = {"status": "done", "prompts": len(records),
                                                     "categories": sorted({r["category"] for r in records})}
@@ -160,7 +177,7 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
     device = resolve_device(cfg.device)
     state = process_state(device)  # created once; every stage shares its work between processes
-    run = RunDir(cfg.out or default_run_dir(cfg))
+    run = RunDir(cfg.out or default_run_dir(cfg, card))
     claim_output_dir(run.root, "run")  # a new, empty or run folder only: never write over someone's files
     with RunLock(run.root, state.process_index):
         if state.is_main_process:

@@ -162,11 +162,13 @@ def prompts_import(
     category: Optional[str] = typer.Option(None, help="T2I-CompBench category when the file name does not tell it."),
     vocab: Optional[List[Path]] = typer.Option(None, "--vocab", help="Extra suite YAML whose attribute lists the T2I-CompBench grammar knows."),
     questions_by: Optional[str] = typer.Option(None, "--questions-by", help="Question generator (cards/questioners.yaml: qwen3-8b, tiny-llm; NAME=PATH for a local copy of its model): an LLM writes DSG questions with dependencies for the prompts the grammar declines, once, into the records."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
 ):
     """Import GenEval, T2I-CompBench or DPG-Bench prompts as PromptRecords (slots, questions, categories)."""
     from .importers import import_prompts, parse_summary
-    from .rundir import atomic_write_jsonl
+    from .rundir import atomic_write_jsonl, claim_output_file
 
+    claim_output_file(out, force=force)  # before the import's (and the question generator's) work
     if questions_by:  # a wrong card name fails before the import's work
         from .importers.llm_questions import LlmQuestioner, generate_questions, questioner_card
 

@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from ..rundir import read_jsonl
+from ..safeload import read_cache_json
 from . import charts
 
 SCATTER_MAX = 6
@@ -157,13 +158,35 @@ def correlation(rows: list[dict]) -> dict:
     return {"table": table, "plots": plots, "has_points": bool(plots)}
 
 
+FILES = {"decodability": ("decodability.jsonl",), "failure": ("failure.jsonl", "failure_prediction.jsonl"),
+         "correlation": ("correlation.jsonl",)}
+# why a file the probe stage wrote holds no rows (the stage writes every file, empty when nothing
+# could be fitted: a small run); the stage's summary.json gives its own reason where it has one
+EMPTY = {"decodability": "The probe stage ran; a decodability probe needs, per slot, twice the folds' count of "
+                         "prompts with two or more of its values over two or more compositions.",
+         "failure": "The probe stage ran; a failure probe needs scored prompts with both outcomes.",
+         "correlation": "The probe stage ran; a correlation needs scored prompts and decodable constituents."}
+SUMMARY_KEY = {"failure": "failure_prediction", "correlation": "correlation"}
+
+
+def _why_empty(probes_dir: Path, name: str) -> dict:
+    """``{"ran", "why"}`` for a subsection without rows: its file missing, or written empty."""
+    if not any((probes_dir / n).is_file() for n in FILES[name]):
+        return {"ran": False, "why": f"probes/{FILES[name][0]} missing."}
+    probes = (read_cache_json(probes_dir.parent / "summary.json") or {}).get("probes")
+    entry = probes.get(SUMMARY_KEY.get(name, "")) if isinstance(probes, dict) else None
+    skipped = entry.get("skipped") if isinstance(entry, dict) else None
+    return {"ran": True, "why": f"The probe stage ran and skipped it: {skipped}." if skipped else EMPTY[name]}
+
+
 def probes_section(probes_dir: Path) -> dict:
     probes_dir = Path(probes_dir)
     read = lambda *names: next((rows for n in names if (rows := read_jsonl(probes_dir / n))), [])  # noqa: E731
-    files = {"decodability": read("decodability.jsonl"),
-             "failure": read("failure.jsonl", "failure_prediction.jsonl"),
-             "correlation": read("correlation.jsonl")}
-    return {"ran": any(files.values()),
+    files = {name: read(*names) for name, names in FILES.items()}
+    # "ran" is whether the stage wrote its files, not whether they hold rows: a small run's probe
+    # stage runs and fits nothing, and the page says why rather than "not run"
+    return {"ran": any((probes_dir / n).is_file() for names in FILES.values() for n in names),
             "decodability": decodability(files["decodability"]),
             "failure_prediction": failure_prediction(files["failure"]),
-            "correlation": correlation(files["correlation"])}
+            "correlation": correlation(files["correlation"]),
+            "empty": {name: _why_empty(probes_dir, name) for name in FILES}}  # shown only where nothing is drawn

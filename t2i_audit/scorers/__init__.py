@@ -57,11 +57,11 @@ def default_scorers(categories: set[str], *, tiny: bool = False) -> list[str]:
 
 
 def run_score_stage(run_dir: "RunDir", scorers: list[str], *, device: str = "cpu",
-                    batch_size: int = 16, progress: bool = True,
+                    batch_size: int | None = None, progress: bool = True,
                     overrides: dict | None = None, extra_cards: Iterable[str] = ()) -> dict:
     """Score ``run_dir`` with ``scorers``; returns counts per scorer and updates the manifest's
     ``score`` stage. ``overrides``: scorer name → partial card; ``extra_cards``: card files.
-    See :mod:`.stage` for the resume rule."""
+    ``batch_size``: None keeps the run's recorded one (else 16). See :mod:`.stage` for the resume rule."""
     from .stage import run_score_stage as _run
 
     return _run(run_dir, scorers, device=device, batch_size=batch_size, progress=progress,

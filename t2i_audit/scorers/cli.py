@@ -44,7 +44,9 @@ def register(app: typer.Typer) -> None:
         scorer: Optional[List[str]] = typer.Option(None, "--scorer", "-s",
                                                    help="Scorer name (repeatable); default: per prompt category."),
         device: str = typer.Option("auto", help="cpu, cuda, cuda:1 or auto."),
-        batch_size: int = typer.Option(16, help="Images per batch."),
+        batch_size: Optional[int] = typer.Option(
+            None, "--batch-size", "-b", min=1, help="Images per batch (default: the run's recorded one, else 16). "
+            "Scores are byte-identical only at one batch size, so a run keeps the one it was first scored with."),
         card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML (repeatable)."),
         set_: Optional[List[str]] = typer.Option(None, "--set", help="Card override SCORER.KEY=VALUE."),
         model: Optional[List[str]] = typer.Option(None, "--model", help="SCORER=local folder or repo id."),

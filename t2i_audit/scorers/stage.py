@@ -29,6 +29,7 @@ process writes. A kill loses at most each process's batch in flight.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -160,13 +161,20 @@ def _verdict_counts(records: Iterable[dict], counts: dict) -> None:
         counts["truncated"] += int(bool(r.get("truncated")))
 
 
+DEFAULT_BATCH_SIZE = 16
+
+
 def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, device: str = "cpu",
-                    batch_size: int = 16, progress: bool = True,
+                    batch_size: int | None = None, progress: bool = True,
                     overrides: Mapping[str, dict] | None = None,
                     extra_cards: Iterable[str | Path] = (),
                     instances: Sequence[Scorer] | None = None, state=None) -> dict:
     """Score every image of ``run_dir`` with each scorer; returns counts per scorer (main process;
     ``{}`` on the others).
+
+    ``batch_size``: images per planned batch; the run keeps the one its scoring was first planned
+    with (``planned_batch_size`` in the manifest; another one asked is noted and not used). None:
+    the recorded one, else :data:`DEFAULT_BATCH_SIZE`.
 
     ``overrides`` maps scorer name → a partial card merged into its card (e.g.
     ``{"clip": {"model": {"id": "/models/clip"}}}``). ``instances`` passes ready scorer
@@ -207,9 +215,13 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
         instances = [create_scorer(n, device=dev, cards=cards,
                                    overrides=(overrides or {}).get(n)) for n in scorers]
     by_key = {_image_key(r): r for r in images}
+    batch_size, plan_note = keep_recorded_plan(rd, batch_size)  # every process reads the same record
     if main:
         rd.scores_dir.mkdir(parents=True, exist_ok=True)
-        rd.update_stage("score", status="running", running=[s.name for s in instances], world_size=world)
+        rd.update_stage("score", status="running", running=[s.name for s in instances], world_size=world,
+                        planned_batch_size=batch_size, plan_note=plan_note)
+        if plan_note:  # what was asked is not what runs: said even without progress output
+            print(f"[score] {plan_note}", file=sys.stderr)
         for s in instances:  # leftovers of a killed run, of any process count, are folded first
             compact_scores(rd.scores(s.name), s, by_key, score_shards(rd, s.name))
     state.wait_for_everyone()  # everyone reads the same compacted files before anyone appends
@@ -308,6 +320,19 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
                     images_per_process=[sum(c["scored"] + c["excluded"] for c in r.values()) for r in every])
     _fail_if_broken(counts)
     return counts
+
+
+def keep_recorded_plan(rd: RunDir, asked: int | None) -> tuple[int, str | None]:
+    """(batch size, note): a run's scoring keeps the batch size it was first planned with, as
+    generation keeps its own — records depend on their batch-mates (a CLIP score moved 7.8e-8), so
+    rescoring in other batches would give other bytes than the first scoring."""
+    recorded = ((rd.read_manifest().get("stages") or {}).get("score") or {}).get("planned_batch_size")
+    if recorded is None:
+        return asked or DEFAULT_BATCH_SIZE, None
+    if asked is None or asked == int(recorded):
+        return int(recorded), None
+    return int(recorded), (f"batch size {asked} asked, {recorded} kept: this run's scoring was planned in batches "
+                           f"of {recorded} (scores depend on their batch-mates); use a new run for another batch size")
 
 
 def _fail_if_broken(counts: Mapping[str, dict]) -> None:

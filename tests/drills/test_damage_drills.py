@@ -24,9 +24,8 @@ from t2i_audit.verify import verify_run
 # (every other byte of every file must match):
 # * manifest.json: each stage's entry describes the stage's *last invocation* (work done now, work
 #   reused, seconds, the scorer's load details), so only its ``status`` is compared; ``created_utc``
-#   and ``command`` say when and how it was started. ``fingerprint`` too: `run --config run.yaml`
-#   reads the resolved settings (steps, guidance, dtype filled in), and RunConfig.fingerprint hashes
-#   None and the resolved value differently, so a resumed run shows another fingerprint.
+#   and ``command`` say when and how it was started. (``fingerprint`` is compared: it hashes the
+#   resolved settings, which `run --config run.yaml` reads back.)
 # * report/index.html: its "Manifest" section renders those same manifest fields; its footer says
 #   when it was generated (to the minute).
 # * images.jsonl: ``seconds``, each image's generation time.
@@ -57,7 +56,7 @@ def _content(root, rel):
     raw = (root / rel).read_bytes()
     if rel == "manifest.json":
         m = json.loads(raw)
-        return ({k: v for k, v in m.items() if k not in ("created_utc", "command", "fingerprint", "stages")},
+        return ({k: v for k, v in m.items() if k not in ("created_utc", "command", "stages")},
                 {stage: info.get("status") for stage, info in m["stages"].items()})
     if rel == "report/index.html":
         return GENERATED_AT.sub(b"", MANIFEST_SECTION.sub(b"", raw))
@@ -168,6 +167,14 @@ def _damage_report(rd):
 
 DAMAGE = {"generate": _damage_generate, "score": _damage_score, "text-encoder": _damage_text_encoder,
           "probe": _damage_probe, "report": _damage_report}
+
+
+def test_small_runs_report_says_the_probe_stage_ran(made):
+    """This run's probe stage fits nothing (4 prompts) and writes empty probes/*.jsonl: its report
+    said "Probes: not run"."""
+    root, _ = made
+    html = (root / "report" / "index.html").read_text()
+    assert "Probes: not run." not in html and "Decodability: nothing fitted." in html
 
 
 @pytest.mark.parametrize("stage", list(DAMAGE))

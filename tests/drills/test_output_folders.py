@@ -171,15 +171,36 @@ def test_thumbnails_are_pruned_by_the_tools_own_index_never_by_name(tmp_path, mo
 
 def _file_argv(command, good):
     return {"prompts-export": ["prompts", "export", "suite.yaml", "--out", "f.out"],
+            "prompts-import": ["prompts", "import", "color_val.txt", "--format", "t2i-compbench", "--out", "f.out"],
+            "predict": ["predict", "--model", "tiny-sd", "--prompts", "suite.yaml", "--from", "probed", "--out", "f.out"],
             "label": ["label", str(good), "--n", "2", "--out", "f.out"],
             "mini-render": ["mini", "render", "a red circle to the left of a blue square", "--out", "f.out"]}[command]
 
 
-@pytest.mark.parametrize("command", ["prompts-export", "label", "mini-render"])
+def _probed_run(root: Path) -> Path:
+    """A run folder holding only a failure probe on tiny-sd's text encoder (all `predict` reads)."""
+    from t2i_audit.probes.activations import encoder_fingerprint, resolve_text_encoders
+
+    info = resolve_text_encoders("tiny-sd")
+    enc = info["text_encoders"][0]
+    dim = json.loads((Path(info["path"]) / enc["name"] / "config.json").read_text())["hidden_size"]
+    probe = {"encoder": enc["name"], "layer": "final", "pooling": "eos", "model": "tiny-sd",
+             "fingerprint": encoder_fingerprint(info["path"], enc, info["revision"]), "oof_auroc": 0.5,
+             "mean": [0.0] * dim, "scale": [1.0] * dim, "coef": [0.1] * dim, "intercept": 0.0}
+    (root / "probes").mkdir(parents=True)
+    (root / "probes" / "failure_probe.json").write_text(json.dumps(probe))
+    return root
+
+
+# prompts-import and predict: before, the user's f.out replaced, exit 0
+@pytest.mark.parametrize("command", ["prompts-export", "prompts-import", "predict", "label", "mini-render"])
 def test_single_file_output_never_overwrites_without_force(tmp_path, monkeypatch, capsys, two_runs, command):
     # before: the user's f.out replaced, exit 0
     good, _ = two_runs
     (tmp_path / "suite.yaml").write_text(SUITE)
+    (tmp_path / "color_val.txt").write_text("a red apple and a blue cup\n")
+    if command == "predict":
+        _probed_run(tmp_path / "probed")
     (tmp_path / "f.out").write_text("my notes")
     before = _snapshot(tmp_path)
     code, err = _invoke(_file_argv(command, good), tmp_path, monkeypatch, capsys)
@@ -191,3 +212,13 @@ def test_single_file_output_never_overwrites_without_force(tmp_path, monkeypatch
     (tmp_path / "f.out").mkdir()  # a folder where the file should go: refused, not a traceback
     code, err = _invoke(_file_argv(command, good) + ["--force"], tmp_path, monkeypatch, capsys)
     assert code == 2 and "f.out: is a folder" in err, err
+
+
+def test_predict_names_a_damaged_failure_probe(tmp_path, monkeypatch, capsys):
+    # before: json.JSONDecodeError traceback
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    probe = _probed_run(tmp_path / "probed") / "probes" / "failure_probe.json"
+    probe.write_text(probe.read_text()[:40])
+    before = _snapshot(tmp_path)
+    code, err = _invoke(_file_argv("predict", None), tmp_path, monkeypatch, capsys)
+    _refused(code, err, ["failure_probe.json: not valid JSON"], before, _snapshot(tmp_path))

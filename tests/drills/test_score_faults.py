@@ -102,3 +102,39 @@ def test_resume_after_damage_rescores_whole_planned_batches(tmp_path):
     damaged.scores("mean").write_text("".join(keep[:-1]) + keep[-1][:30])  # and the last line torn
     run_score_stage(damaged, [], instances=[mean], batch_size=3, progress=False)
     assert damaged.scores("mean").read_bytes() == good
+
+
+def test_resume_keeps_the_recorded_score_batch_size(tmp_path, capsys):
+    """Old code scored a resume in the batches asked now (`score` defaults to 16, `run` uses the
+    config's) and recorded none: other batch-mates, other bytes, nothing said."""
+    run = make_run(tmp_path / "run", scenes(7))
+    mean = BatchMean(card(BatchMean, "mean"))
+    run_score_stage(run, [], instances=[mean], batch_size=3, progress=False)
+    good = run.scores("mean").read_bytes()
+    stage = run.read_manifest()["stages"]["score"]
+    assert stage["planned_batch_size"] == 3 and stage["plan_note"] is None
+    keep = [x for x in good.decode().split("\n") if x and '"p4"' not in x]
+    run.scores("mean").write_text("\n".join(keep) + "\n")  # one image lost, mid-batch
+    capsys.readouterr()
+    run_score_stage(run, [], instances=[mean], batch_size=16, progress=False)  # e.g. `score` without -b
+    assert run.scores("mean").read_bytes() == good
+    stage = run.read_manifest()["stages"]["score"]
+    assert stage["planned_batch_size"] == 3 and "batch size 16 asked, 3 kept" in stage["plan_note"]
+    assert "batch size 16 asked, 3 kept" in capsys.readouterr().err
+    run_score_stage(run, [], instances=[mean], progress=False)  # none asked: the recorded one, no note
+    assert run.read_manifest()["stages"]["score"]["plan_note"] is None
+
+
+def test_score_command_keeps_the_recorded_batch_size(tmp_path, monkeypatch, capsys):
+    """`t2i-audit score RUN --batch-size 5` on a run scored in batches of 2 (as `run` records its config's)."""
+    from tests.drills.test_malformed_corpus import _invoke
+
+    run = make_run(tmp_path / "run", scenes(3))
+    run.update_stage("score", planned_batch_size=2)
+    (tmp_path / "cards").mkdir()
+    (tmp_path / "cards" / "yes.yaml").write_text(json.dumps(card(Yes, "yes")))
+    code, err = _invoke(["score", str(run.root), "--scorer", "yes", "--card", str(tmp_path / "cards" / "yes.yaml"),
+                         "--device", "cpu", "--batch-size", "5", "--no-progress"], tmp_path, monkeypatch, capsys)
+    assert code in (0, None), err
+    assert "batch size 5 asked, 2 kept" in err
+    assert run.read_manifest()["stages"]["score"]["planned_batch_size"] == 2

@@ -107,6 +107,29 @@ def test_missing_scores_and_probes_render_not_run(tmp_path):
     assert rep["scorer"] is None and rep["overall"] is None and rep["scored"] == 0
 
 
+def test_probe_stage_that_fitted_nothing_is_not_reported_as_not_run(tmp_path):
+    """A small run's probe stage writes every probes/*.jsonl, empty (too few prompts to fit): the
+    page said "Probes: not run"; it says the stage ran and why each part is empty."""
+    run = make_run(tmp_path / "small", probes=False)
+    rd = RunDir(run)
+    for name in ("decodability", "failure", "correlation"):
+        (rd.probes_dir / f"{name}.jsonl").parent.mkdir(exist_ok=True)
+        (rd.probes_dir / f"{name}.jsonl").write_text("")
+    summary = json.loads(rd.summary.read_text())
+    summary["probes"] = {"failure_prediction": {"skipped": "no scored prompts with both outcomes"},
+                         "correlation": {"skipped": "needs scored prompts and decodable constituents"}}
+    rd.summary.write_text(json.dumps(summary))
+    html = render_report(run, progress=False).read_text()
+    assert "Probes: not run." not in html
+    assert "Decodability: nothing fitted.</b> The probe stage ran; a decodability probe needs" in html
+    assert "Failure prediction: nothing fitted.</b> The probe stage ran and skipped it: no scored prompts " \
+           "with both outcomes." in html
+    assert "Correlation: nothing fitted.</b> The probe stage ran and skipped it: needs scored prompts" in html
+    (rd.probes_dir / "correlation.jsonl").unlink()  # a file the stage did not write: missing, as before
+    html = render_report(run, progress=False).read_text()
+    assert "Correlation: not run.</b> probes/correlation.jsonl missing." in html
+
+
 def test_scorer_disagreement_listed(run_dir, rendered):
     html = rendered.read_text()
     rep = json.loads((Path(run_dir) / "summary.json").read_text())["report"]

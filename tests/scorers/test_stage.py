@@ -87,9 +87,10 @@ def test_torn_last_image_is_recomputed(run):
 
 
 def test_changed_card_or_image_is_rescored(run):
-    run_score_stage(run, [], instances=[scorer()], progress=False)
+    run_score_stage(run, [], instances=[scorer()], progress=False, batch_size=2)
     Counting.calls = 0
-    run_score_stage(run, [], instances=[scorer(model={"id": "none", "revision": "r2"})], progress=False)
+    run_score_stage(run, [], instances=[scorer(model={"id": "none", "revision": "r2"})], progress=False,
+                    batch_size=2)
     assert Counting.calls == 4
     assert {r["scorer_revision"] for r in lines(run)} == {"r2"}
     images = run.read_images()

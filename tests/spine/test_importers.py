@@ -166,8 +166,12 @@ def test_cli_import_then_run_loads_the_jsonl(tmp_path, repo_root):
     assert "ok  t2i-compbench/numeracy" in r.output
     assert "5 prompts: 4 parsed, 1 not parsed (whole-prompt question only)" in r.output
     first = out.read_bytes()
-    CliRunner().invoke(app, ["prompts", "import", str(FIX / "numeracy_val.txt"), "-f", "t2i-compbench", "-o", str(out)])
-    assert out.read_bytes() == first  # deterministic output
+    again = CliRunner().invoke(app, ["prompts", "import", str(FIX / "numeracy_val.txt"), "-f", "t2i-compbench",
+                                     "-o", str(out)])
+    assert "file exists" in str(again.exception)  # never replaced unasked (exit 2 under `main`)
+    again = CliRunner().invoke(app, ["prompts", "import", str(FIX / "numeracy_val.txt"), "-f", "t2i-compbench",
+                                     "-o", str(out), "--force"])
+    assert again.exit_code == 0 and out.read_bytes() == first  # deterministic output
     # `run --prompts x.jsonl` goes through api.expand_suites: records as written, mixable with suites
     recs = api.expand_suites([str(out)])
     assert recs == [json.loads(line) for line in first.decode().splitlines()]
