@@ -2,11 +2,16 @@
 
 Grammar (case-insensitive; an optional final period)::
 
-    S    = NPL | NPL [AUX] REL NPL | NPL [AUX] VP (("and" | "," ["and"]) VP)*
+    S    = C ("while" C)*
+    C    = NPL | NPL [AUX] REL NPL | NPL [PP*] [AUX] VP (("and" | "," ["and"]) VP)*
     NPL  = NP (("," | "and" | ", and") NP)*
-    NP   = [DET | POSS | NUM] (MOD [","])* NOUN+ ["of" [DET | POSS | NUM] MOD* NOUN+]
-    MOD  = ATTR | SHADE COLOR | COLOR "and" COLOR | ADJ
-    VP   = VERB [PART] [NPL] ((REL | PREP) NPL)*
+    NP   = [DET | POSS | NUM | "many" | "several"] (MOD [","])* NOUN+ ["of" [DET | POSS | NUM] MOD* NOUN+]
+    MOD  = ATTR | SHADE COLOR | COLOR ([","] COLOR)* "and" COLOR | ADJ
+    VP   = VERB [PART] [NPL | ADJ | NUMBER] PP* ["which" [AUX] VP]
+    PP   = (REL | PREP) NPL
+
+A bare singular noun needs a modifier, except first in a clause (a caption's "Bathroom scene");
+a present-tense verb agrees with its subject; without a copula the verb may be a participle.
 
 Word classes: closed ones and attribute words from :mod:`.vocab`; NOUN / VERB / ADJ from the
 lexicon (:mod:`.lexicon`). A word in no class, or a sentence the rules do not derive, is declined
@@ -33,9 +38,9 @@ from typing import Iterator, Optional
 
 from . import lexicon
 from .vocab import (ARTICLES, COPULAS, FAMILY_ORDER, NUMBERS, PARTICLES, POSSESSIVES, PREPOSITIONS, PRONOUNS,
-                    RELATIONS, SHADES, SMALL_CLAUSE_VERBS)
+                    RELATIONS, SHADES, SMALL_CLAUSE_VERBS, CLAUSE_CONJUNCTIONS, QUANTIFIERS, RELATIVE_PRONOUNS, COMPOUND_NOUNS)
 
-_TOKEN = re.compile(r"[A-Za-z][A-Za-z'’\-]*|\S")
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z'’\-]*|\d+(?::\d\d)?(?![\d:])|\S")
 _REL_WORDS = sorted((p.split() for p in RELATIONS), key=len, reverse=True)
 
 
@@ -105,7 +110,17 @@ class Grammar:
                 toks.append(t)
                 i += len(phrase)
                 continue
+            compound = _compound(raw, i)
+            if compound:  # "hot dogs": one noun, not dogs that are hot
+                toks.append(compound)
+                i += 2
+                continue
             t = raw[i]
+            if t.text[0].isdigit():  # a number or a time a thing shows ("reads 11:44"): no object, no count
+                t.cats.append(("LIT", t.text))
+                toks.append(t)
+                i += 1
+                continue
             if not (t.text[0].isalpha() or t.text == ","):
                 raise Declined(f"unsupported character {t.text!r}")
             self._classify(t)
@@ -136,10 +151,12 @@ class Grammar:
             t.cats.append(("OF", w))
         elif w in ARTICLES:
             t.cats.append(("DET", w))
-        elif w in POSSESSIVES:
+        elif w in POSSESSIVES or w in QUANTIFIERS:
             t.cats.append(("DET", w))
         elif w in NUMBERS:
             t.cats.append(("NUM", NUMBERS[w]))
+        elif w in CLAUSE_CONJUNCTIONS:
+            t.cats.append(("CONJ", w))
         elif w in COPULAS:
             t.cats.append(("AUX", w))
         elif w in PRONOUNS:
@@ -190,13 +207,16 @@ class Grammar:
                 if got is None:
                     continue
                 for noun, head_span in got:
+                    if det in QUANTIFIERS and not noun.plural_form:
+                        continue  # "many stoplights": a plural, no count asked
                     if (num == 1 and noun.plural_form) or (num is not None and num > 1 and not noun.plural_form):
                         continue
                     if det in ("a", "an") and noun.plural_form and any(not x.plural_form for x in toks[k + head_len - 1].has("NOUN")):
                         continue  # "a" takes the singular reading; the files' "a leather shoes" keeps its plural
-                    if not in_of and det is None and num is None and not mods and not noun.plural_form:
+                    if not in_of and det is None and num is None and not mods and not noun.plural_form and i:
                         continue  # a bare singular needs a modifier ("rubber mat"): "sat side by side",
-                        # "holding a book and reading" name no objects
+                        # "holding a book and reading" name no objects; first in a clause it is a
+                        # caption's subject ("Bathroom scene with …", "… while sun shines …")
                     base = self._make_np(toks, i, k + head_len, mods, noun, head_span, det, num, count_span)
                     if base is None:
                         continue
@@ -221,18 +241,19 @@ class Grammar:
         starts = []
         for fam, val in t.has("ATTR"):
             starts.append(((fam, val, (t.start, t.end)), j + 1))
-            nxt = toks[j + 2] if j + 2 < len(toks) else None
-            if fam == "color" and toks[j + 1:j + 2] and toks[j + 1].has("AND") and nxt is not None:
-                for fam2, val2 in nxt.has("ATTR"):
-                    if fam2 == "color":
-                        starts.append(((fam, f"{val} and {val2.lower()}", (t.start, nxt.end)), j + 3))
-        if t.has("SHADE") and j + 1 < len(toks):
-            for fam, val in toks[j + 1].has("ATTR"):
-                if fam == "color":
-                    starts.append(((fam, f"{t.low} {val}", (t.start, toks[j + 1].end)), j + 2))
+            if fam == "color":
+                starts += [((fam, v, (t.start, toks[k - 1].end)), k) for v, k in _colour_list(toks, j)]
+        shade = t.has("SHADE") and j + 1 < len(toks) and _colour(toks[j + 1])
+        if shade:
+            starts.append((("color", f"{t.low} {_colour(toks[j + 1])}", (t.start, toks[j + 1].end)), j + 2))
         nxt = toks[j + 1] if j + 1 < len(toks) else None
         compounds = _noun_modifier(t) and nxt is not None and (nxt.has("NOUN") or _gerund(nxt))
-        if (t.has("ADJ") or any("VBN" in v.tags for v in t.has("VERB"))) and not _gerund(t) and not compounds:
+        # a shade word before a colour is that colour's shade ("light brown cabinets"), never an
+        # adjective of its own: otherwise "light" + "brown" is a second reading of the same words
+        # an -ing adjective before a non-noun cannot compound: "matching white sink"
+        gerund = _gerund(t) and not (nxt is not None and not nxt.has("NOUN") and nxt.has("ATTR"))
+        if (t.has("ADJ") or any("VBN" in v.tags for v in t.has("VERB"))) and not gerund and not compounds \
+                and not shade:
             # adjectives and past participles ("sloped ceiling"); an -ing word, or a countable noun
             # right before a noun ("party hat"), compounds instead
             starts.append((("other", t.low, (t.start, t.end)), j + 1))
@@ -321,8 +342,18 @@ class Grammar:
                     if m == n:
                         yield {"subj": subj, "form": "rel", "rel": toks[k].has("REL")[0], "rel_tok": toks[k], "obj": obj}
             for vps, m in self.vpl(toks, k, aux):
-                if m == n and not any(_bare_noun_verb(vp) for vp in vps):
+                if m == n and not any(_bare_noun_verb(vp) for vp in vps) and _agrees(subj, vps):
                     yield {"subj": subj, "form": "vp", "aux": aux, "vps": vps}
+            # "A woman in a white shirt holds …", "The man on the motorcycle has …": the subject's
+            # prepositional phrase names objects; its link is asked as the whole prompt. Only before a
+            # verb phrase: "a cup on a plate" alone stays a relation.
+            for pps, j2 in self._pps(toks, j):
+                if not pps or pps[0][0] == "with":  # "with" complements are the noun phrase's own
+                    continue
+                aux2 = toks[j2].low if j2 < n and toks[j2].has("AUX") else None
+                for vps, m in self.vpl(toks, j2 + 1 if aux2 else j2, aux2):
+                    if m == n and not any(_bare_noun_verb(vp) for vp in vps) and _agrees(subj, vps):
+                        yield {"subj": subj, "form": "vp", "aux": aux2, "vps": vps, "subj_pps": pps}
 
     def vpl(self, toks, i, aux) -> Iterator[tuple[list, int]]:
         for vp, j in self.vp(toks, i, aux):
@@ -337,7 +368,8 @@ class Grammar:
             return
         t = toks[i]
         for v in t.has("VERB"):
-            form = ({"VBG", "VBN"} if aux else {"VBD", "VBZ", "VBP"}) & v.tags
+            # without a copula a caption's predicate may be a participle: "a vase sitting on a counter"
+            form = ({"VBG", "VBN"} if aux else {"VBD", "VBZ", "VBP", "VBG"}) & v.tags
             if not form:
                 continue
             parts = [(None, i + 1)]
@@ -345,9 +377,22 @@ class Grammar:
                 parts.append((toks[i + 1].low, i + 2))
             for part, j in parts:
                 objs = [([], j)] + list(self.npl(toks, j))
+                if j < len(toks) and (toks[j].has("ADJ") or toks[j].has("ATTR") or toks[j].has("LIT")) \
+                        and not any({"VBN", "VBD", "VBG"} & x.tags for x in toks[j].has("VERB")):
+                    # "sits empty in …", "reads 11:44": a predicate of the subject, asked as the whole prompt
+                    for pps, m in self._pps(toks, j + 1):
+                        yield {"verb": v, "tok": t, "form": form, "part": part, "obj": [], "pps": pps,
+                               "complement": toks[j].low}, m
                 for obj, k in objs:
                     for pps, m in self._pps(toks, k):
                         yield {"verb": v, "tok": t, "form": form, "part": part, "obj": obj, "pps": pps}, m
+                        if (obj or pps) and m < len(toks) and toks[m].low in RELATIVE_PRONOUNS:
+                            # "… near a soda cup which are sitting on a table": which noun the clause is
+                            # about is not decided here; its objects are objects, the rest the whole prompt
+                            aux2 = toks[m + 1].low if m + 1 < len(toks) and toks[m + 1].has("AUX") else None
+                            for rel, m2 in self.vpl(toks, m + 2 if aux2 else m + 1, aux2):
+                                yield {"verb": v, "tok": t, "form": form, "part": part, "obj": obj, "pps": pps,
+                                       "relative": rel}, m2
                     if obj and v.lemma in SMALL_CLAUSE_VERBS and k < len(toks):
                         # "watching her child play at the playground": a bare verb after the object
                         for inner in toks[k].has("VERB"):
@@ -370,10 +415,8 @@ class Grammar:
         toks = self.tokenize(text)
         self._steps = 0
         readings = {}
-        for p in self.parses(toks):
-            r = self._meaning(p)
-            if r is not None:
-                readings.setdefault(_sig(r), r)
+        for r in self._readings(toks):
+            readings.setdefault(_sig(r), r)
         if not readings:
             raise Declined("no derivation: the grammar does not cover this sentence")
         if len(readings) == 1:
@@ -384,7 +427,20 @@ class Grammar:
         first = next(iter(readings.values()))
         return {"objects": first["objects"], "relations": [], "whole": True, "form": "vp"}
 
-    def _meaning(self, p: dict) -> Optional[dict]:
+    def _readings(self, toks: list[Token]) -> Iterator[dict]:
+        """Meanings of the sentence; "S while S" (CLAUSE_CONJUNCTIONS): each clause parsed on its own,
+        their objects and relations side by side."""
+        cut = next((k for k, t in enumerate(toks) if t.has("CONJ")), None)
+        if cut is None:
+            yield from (self._meaning(p) for p in self.parses(toks))
+            return
+        lefts = [self._meaning(p) for p in self.parses(toks[:cut])]
+        rights = list(self._readings(toks[cut + 1:])) if lefts else []
+        for a in lefts:
+            for b in rights:
+                yield _join(a, b, cut + 1)
+
+    def _meaning(self, p: dict) -> dict:
         nps = list(p["subj"])
         rels, whole = [], False
 
@@ -402,7 +458,9 @@ class Grammar:
         elif p["form"] == "vp":
             for vp in p["vps"]:
                 nps += vp["obj"] + [o for _, obj in vp["pps"] for o in obj]
-                text = None if vp.get("small_clause") else self._verb_text(vp, p["aux"])
+                nps += [o for r in vp.get("relative", ()) for o in r["obj"] + [x for _, ob in r["pps"] for x in ob]]
+                text = None if vp.get("small_clause") or vp.get("complement") or vp.get("relative") \
+                    else self._verb_text(vp, p["aux"])
                 if text is not None and vp["obj"] and not vp["pps"]:
                     targets, extra = vp["obj"], ""
                 elif text is not None and not vp["obj"] and len(vp["pps"]) == 1 \
@@ -417,6 +475,9 @@ class Grammar:
                     for o in targets:
                         rels.append({"subject": idx(s), "object": idx(o), "name": name, "family": "action",
                                      "text": full, "inverse": None, "span": (vp["tok"].start, vp["tok"].end)})
+        for _, obj in p.get("subj_pps", ()):
+            nps += obj
+            whole = True
         # "of" complements with their own modifiers are objects too (their link asked as the whole prompt)
         for np_ in list(nps):
             for extra in ([np_.inner] if np_.inner is not None else []) + list(np_.withs):
@@ -447,6 +508,42 @@ def _noun_modifier(t: Token) -> bool:
     return bool(t.has("NOUN")) and lexicon.countable(t.low)
 
 
+def _compound(raw: list[Token], i: int) -> Optional[Token]:
+    """A COMPOUND_NOUNS entry at ``i`` as one NOUN token, in either number."""
+    if i + 1 >= len(raw):
+        return None
+    first, last = raw[i], raw[i + 1]
+    for c in COMPOUND_NOUNS:
+        a, b = c.split()
+        if first.low == a:
+            readings = [lexicon.Noun(c, n.plural_form) for n in lexicon.nouns(last.text) if n.singular == b]
+            if readings:
+                t = Token(f"{first.text} {last.text}", first.start, last.end)
+                t.cats += [("NOUN", n) for n in readings]
+                return t
+    return None
+
+
+def _colour(t: Token) -> Optional[str]:
+    return next((val for fam, val in t.has("ATTR") if fam == "color"), None)
+
+
+def _colour_list(toks: list[Token], j: int) -> list[tuple[str, int]]:
+    """Colours joined into one value: "black and white", "red, white and blue", the captions' "black
+    gold and white" — a run of colours that ends in "and" + colour; (value, end) for each such run."""
+    words, k, out = [_colour(toks[j])], j + 1, []
+    while k < len(toks):
+        if toks[k].has("AND") and k + 1 < len(toks) and _colour(toks[k + 1]):
+            out.append((", ".join(words) + f" and {_colour(toks[k + 1])}", k + 2))
+            break
+        k += 1 if toks[k].has("COMMA") else 0
+        if k >= len(toks) or not _colour(toks[k]):
+            break
+        words.append(_colour(toks[k]))
+        k += 1
+    return out
+
+
 def _gerund(t: Token) -> bool:
     return any("VBG" in v.tags for v in t.has("VERB"))
 
@@ -460,10 +557,25 @@ def _separators(toks: list[Token], j: int) -> list[tuple[int, bool]]:
     return []
 
 
+def _agrees(subj: list[NP], vps: list[dict]) -> bool:
+    """A present-tense verb agrees with its subject: "cat" (VBP) after "the sharp black" is no verb,
+    "slice" after "the board and the grater" is."""
+    plural = len(subj) > 1 or subj[0].plural_np
+    return all(not (vp["form"] == {"VBZ"} and plural or vp["form"] == {"VBP"} and not plural) for vp in vps)
+
+
 def _bare_noun_verb(vp: dict) -> bool:
     """A verb with nothing after it that is also a noun is read as the noun: "a blue cell phone" is
     no cell that phones. (A verb with an object or a complement keeps its verb reading.)"""
-    return not vp["obj"] and not vp["pps"] and not vp["part"] and bool(vp["tok"].has("NOUN"))
+    return not (vp["obj"] or vp["pps"] or vp["part"] or vp.get("complement")) and bool(vp["tok"].has("NOUN"))
+
+
+def _join(a: dict, b: dict, offset: int) -> dict:
+    """Two clauses' meanings as one; ``b``'s token positions shifted by ``offset``."""
+    n = len(a["objects"])
+    objs = a["objects"] + [replace(o, start=o.start + offset, end=o.end + offset) for o in b["objects"]]
+    rels = a["relations"] + [dict(x, subject=x["subject"] + n, object=x["object"] + n) for x in b["relations"]]
+    return {"objects": objs, "relations": rels, "whole": a["whole"] or b["whole"], "form": "clauses"}
 
 
 def _sig(r: dict) -> str:

@@ -58,9 +58,17 @@ def nouns(word: str) -> tuple[Noun, ...]:
     sing = _inflect().singular_noun(low)
     if sing and sing != low and _is_noun(sing):
         out.append(Noun(sing, True))
-    elif sing == low and out:  # invariant plural (sheep, fish): one name, either number
+    elif out and (sing == low or sing and _noun_forms(low).get("NNS") == (low,)):
+        # invariant plural (sheep, fish), or a word that is its own and only plural in the lexicon
+        # ("jeans": inflect's "jean" is no noun; "dog" lists "dogs" too): one name, either number
         out.append(Noun(low, True))
     return tuple(dict.fromkeys(out))
+
+
+def _noun_forms(word: str) -> dict:
+    from lemminflect import getAllInflections
+
+    return getAllInflections(word, upos="NOUN")
 
 
 def _is_noun(word: str) -> bool:

@@ -33,8 +33,15 @@ COPULAS = ("is", "are", "was", "were")
 # words that refer back or quantify: never an object name ("talking to each other", "running after it")
 PRONOUNS = ("it", "them", "they", "he", "she", "him", "we", "us", "you", "i", "me", "each", "other", "another",
             "someone", "something", "everyone", "everything", "what", "which", "who", "that", "this", "these",
-            "those", "there", "here", "itself", "themselves", "himself", "herself", "some", "many", "several",
-            "all", "both", "every", "any", "no", "not", "while", "as", "how", "where", "when", "then")
+            "those", "there", "here", "itself", "themselves", "himself", "herself", "some",
+            "all", "both", "every", "any", "no", "not", "as", "how", "where", "when", "then")
+
+QUANTIFIERS = ("many", "several")  # determiners of a plural: "Many stoplights flash …"
+# two-word nouns whose first word is an adjective: read as one noun ("two hot dogs" are no dogs)
+COMPOUND_NOUNS = ("hot dog",)
+RELATIVE_PRONOUNS = ("which",)  # "… a soda cup which are sitting on …" ("that" is also a determiner)
+# words that join two clauses, each parsed on its own ("… sits between cupboards while sun shines …")
+CLAUSE_CONJUNCTIONS = ("while",)
 
 # Relation phrases: surface → (name, family, inverse). T2I-CompBench's 2-D phrases keep the meaning
 # their UniDet_eval/2D_spatial_eval.py checks ("on the top of" = subject above object); 3-D ones
@@ -71,4 +78,4 @@ EXTRA_NOUNS = ("log", "gallery", "burger", "frisbee", "teddy", "keychain", "high
                "smartphone", "laptop", "doorknob", "bathtub", "countertop", "backpack", "cupcake", "tiara",
                "bookstand", "gemstone", "toolset", "showerhead", "reflection", "archway", "christmas",
                "zookeeper", "woodcarver", "sashimi", "pipette", "lifejacket", "cocoa", "bonsai", "ballgown",
-               "alleyway", "crafter")
+               "alleyway", "crafter", "top")  # "top": the lexicon has it only as adjective and verb ("counter tops")

@@ -41,14 +41,16 @@ def image_verdicts(rd: RunDir, prompts: Sequence[dict], scorer: str | None = Non
 
 
 def _text_reference(rd: RunDir, prompt_ids: Sequence[str]) -> np.ndarray | None:
-    """The run's text-encoder states per image (its prompt's): the conditioning layer, eos + mean, of
-    the first stored encoder; None when the run has none (``t2i-audit probe`` stores them)."""
+    """The run's text-encoder states per image (its prompt's): the layer the denoiser is conditioned on,
+    eos, mean and each slot's own tokens, of the first stored encoder; None when the run has none
+    (``t2i-audit probe`` stores them)."""
     from .activations import load_activations, load_array
 
     for enc_dir in sorted(p for p in rd.activations_dir.glob("text_encoder*") if (p / "meta.json").exists()):
         meta, ids = load_activations(enc_dir)
-        layer = (meta.get("info") or {}).get("conditioning_layer") or meta["layers"][-1]
-        names = [f"{layer}__{pool}" for pool in ("eos", "mean") if f"{layer}__{pool}" in meta["arrays"]]
+        hidden = [n for n in meta["layers"] if n.startswith("h") or n == "final"]
+        layer = meta.get("conditioning_layer") or (hidden[-1] if hidden else None)
+        names = [a for a in meta["arrays"] if a.startswith(f"{layer}__") and a.split("__")[1] != "prompt"]
         if not names:
             continue
         row = {pid: i for i, pid in enumerate(ids)}
