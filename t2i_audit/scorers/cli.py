@@ -70,6 +70,11 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{name}: {c['scored']} scored, {c['resumed']} resumed, {c['excluded']} excluded "
                        f"(flagged); passed {c['passed']}, failed {c['failed']}; {c['records']} records "
                        f"in {c['seconds']} s; truncated {c['truncated']}; failures {c['failures']}")
+        from .protocols import unsupported_warning  # as after `run`: "unsupported" is not "not run"
+
+        warning = unsupported_warning(rd.scores_dir) if counts else None
+        if warning:
+            typer.echo(warning, err=True)
 
     @app.command("scorers")
     def scorers_cmd(

@@ -244,3 +244,15 @@ def test_run_command_warns_when_most_questions_are_unsupported(tmp_path, monkeyp
     assert res.exit_code == 0, res.output
     assert f"most questions went unanswered (unsupported, not failed): mini-pixel declined {n} of {n}" in res.output
     assert "qwen3-vl-8b" in res.output and "geneval2" in res.output  # scorers that answer them
+
+
+def test_score_command_warns_when_most_questions_are_unsupported(tmp_path):
+    """`t2i-audit score` says so too (resumed here: the records are already on disk)."""
+    from typer.testing import CliRunner
+
+    from t2i_audit.cli import app
+
+    run = _declined_run(tmp_path / "run")
+    res = CliRunner().invoke(app, ["score", str(run), "-s", "mini-pixel"])
+    assert res.exit_code == 0, res.output
+    assert "most questions went unanswered (unsupported, not failed): mini-pixel declined" in res.output
