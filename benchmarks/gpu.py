@@ -4,6 +4,8 @@ random-weight real-size architectures built from their published configs.
   * SDXL-size UNet at 1024² (128² latents), 30 steps with CFG (batch doubled), bf16,
     batch 1 / 4 / 8, eager and torch.compile: seconds per image and the fraction of the
     chip's bf16 peak it reaches (FLOPs counted with torch's FlopCounterMode, not assumed).
+  * Early-feature capture (pooled blocks every step, cross-attention maps at 10 % / 20 %) on that UNet:
+    the loop with the hooks over the loop without (goal: under 1.10).
   * CLIP ViT-L/14-size scoring throughput (open_clip, random weights, bf16): images/s.
   * Probe fitting on SDXL-shaped activations (bench_probe_fit.py): the torch backend over the
     whole suite on the GPU, and both backends on a sample for the ratio.
@@ -88,6 +90,51 @@ def bench_unet(args, torch):
             "tflop_per_image": round(flops_per_image / 1e12, 1), "runs": results}
 
 
+def bench_capture(args, torch, reps: int = 3):
+    """Early-feature capture during generation (t2i_audit/probes/early.py): the UNet loop bare vs with the
+    hooks `probe --early` uses — every block's pooled output every step, cross-attention maps recomputed at
+    the 10 % and 20 % steps. Goal: under 10 % slower. Batch 4 (CFG doubles it), eager."""
+    import contextlib
+
+    from diffusers import UNet2DConditionModel
+
+    from t2i_audit.probes.attention import AttentionRecorder
+    from t2i_audit.probes.denoiser import BlockRecorder
+    from t2i_audit.probes.early import step_at
+
+    cfg = TINY_UNET if args.tiny else SDXL_UNET
+    dtype = torch.bfloat16 if args.device != "cpu" else torch.float32
+    unet = UNet2DConditionModel(**cfg).to(args.device, dtype).eval()
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    batch, t = 4, torch.tensor(500, device=args.device)
+    x = unet_inputs(torch, cfg, batch, args.device, dtype, cfg["sample_size"])
+    hooked = sorted({step_at(f, args.steps) for f in (0.1, 0.2)})
+
+    def loop(capture: bool) -> float:
+        with contextlib.ExitStack() as stack, torch.no_grad():
+            rec = stack.enter_context(BlockRecorder(unet)) if capture else None
+            if capture:
+                stack.enter_context(AttentionRecorder(unet, rec, hooked, batch))
+            sync()
+            t0 = time.perf_counter()
+            for i in range(args.steps):
+                unet(timestep=t, **x)
+                if rec is not None:
+                    rec.step_end(i, 500)
+            sync()
+            return time.perf_counter() - t0
+
+    loop(False)
+    bare, captured = [], []
+    for i in range(reps):
+        for capture in ((False, True) if i % 2 == 0 else (True, False)):
+            (captured if capture else bare).append(loop(capture))
+    ratio = sorted(captured)[reps // 2] / sorted(bare)[reps // 2]
+    print({"capture_overhead_ratio": round(ratio, 3)}, flush=True)
+    return {"batch": batch, "steps": args.steps, "hooked_steps": hooked, "bare_s": bare, "captured_s": captured,
+            "capture_overhead_ratio": round(ratio, 3)}
+
+
 def bench_clip(args, torch):
     import open_clip
 
@@ -142,9 +189,11 @@ def main():
     probes = bench_probe_fit(args, torch)  # first: it needs full-fp32 matmuls, set below for the UNet
     torch.backends.cuda.matmul.allow_tf32 = True
     unet = bench_unet(args, torch)
+    capture = bench_capture(args, torch)
     clip = bench_clip(args, torch)
     write("gpu" if not args.tiny else "gpu_tiny_cpu_check",
-          {**info, "sdxl_unet": unet, "clip_scoring": clip, "probe_fit": probes, "peak_bf16_flops": PEAK_BF16,
+          {**info, "sdxl_unet": unet, "early_capture": capture, "clip_scoring": clip, "probe_fit": probes,
+           "peak_bf16_flops": PEAK_BF16,
            "note": "random weights, real-size architectures; UNet only (no VAE decode, no text encoders)"})
 
 

@@ -1,5 +1,7 @@
-"""SIGKILL drills: `t2i-audit run` killed 20 times at random moments over generation and
-scoring, rerun each time; the final run directory equals one made without kills."""
+"""SIGKILL drills: `t2i-audit run` killed 12 times at random moments over generation and
+scoring, rerun each time; the final run directory equals one made without kills. (Each kill costs a
+process start, ~12 s here: 12 kills keep the suite near its 20-minute budget; the per-stage damage
+drills in test_damage_drills.py cover score, extraction, probe and report beside it.)"""
 
 import json
 import random
@@ -52,15 +54,15 @@ def _score_keys(path):
     return keys, {k: (r.get("verdict"), r.get("value")) for k, r in zip(keys, recs)}
 
 
-def test_twenty_kills_lose_nothing(repo_root, tmp_path):
+def test_twelve_kills_lose_nothing(repo_root, tmp_path):
     rng = random.Random(7)
     out = tmp_path / "drill"
     run = RunDir(out)
     kills = {"generate": 0, "score": 0}
     rounds = 0
-    while sum(kills.values()) < 20:
-        # 10 kills in generation, then the run is let through to scoring for the rest
-        stage = "score" if kills["generate"] >= 10 or _lines(run.images) >= N_PROMPTS else "generate"
+    while sum(kills.values()) < 12:
+        # 6 kills in generation, then the run is let through to scoring for the rest
+        stage = "score" if kills["generate"] >= 6 or _lines(run.images) >= N_PROMPTS else "generate"
         watched = run.scores(SCORER) if stage == "score" else run.image_shard(0)
         proc = subprocess.Popen(_cmd(repo_root, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not _kill_after_growth(proc, watched, rng.uniform(0, 0.05)):
@@ -72,7 +74,7 @@ def test_twenty_kills_lose_nothing(repo_root, tmp_path):
             continue
         kills[stage] += 1
         json.loads((out / "manifest.json").read_text())  # whole files are never torn
-    assert kills["generate"] >= 8 and kills["score"] >= 6 and sum(kills.values()) == 20, kills
+    assert kills["generate"] >= 5 and kills["score"] >= 4 and sum(kills.values()) == 12, kills
 
     assert subprocess.run(_cmd(repo_root, out), capture_output=True).returncode == 0
     clean = tmp_path / "clean"

@@ -229,3 +229,50 @@ def test_report_section_renders_in_a_browser(mini_run, studied, tmp_path):
     section = section[:section.index("</section>")]
     assert "probe AUROC [95% CI]" in section and "x0 preview" in section
     assert section.count('<figure class="rk') >= 2 * len(fitted)
+
+
+TINY_SUITE = """suite: tiny-select
+version: 1
+concepts:
+  objects: {family: object, values: [apple, cup, dog]}
+  colors: {family: color, values: [red, blue, green]}
+templates:
+  - {name: single, category: color, text: "a photo of {c1.a} {o1}", slots: {c1: colors, o1: objects},
+     expect: {objects: [{id: o1, color: c1}]}}
+"""
+
+
+def test_select_on_a_tiny_twin(tmp_path):
+    """The whole select path on the SD 1.5 twin (random weights, so the probe is fitted here on synthetic labels:
+    this proves the plumbing — scan, risks from the exported arrays, finish, score — not a prediction)."""
+    from t2i_audit.probes.early_stage import _clean
+    from t2i_audit.probes.per_image import design, export_probe
+    from t2i_audit.probes.select import select_run
+    from t2i_audit.rundir import atomic_write_json
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(TINY_SUITE)
+    cfg = api.make_config(dict(model="tiny-sd", prompts=[str(suite)], limit=4, images_per_prompt=2, steps=2,
+                               stages=["prompts", "generate"], out=str(tmp_path / "src"), device="cpu"))
+    src = RunDir(api.run_audit(cfg, progress=False))
+    meta = extract_early_features(src, "tiny-sd", fractions=(0.5,), previews=False, progress=False)
+    arrays, rows, _ = load_early(src)
+    assert any(n.startswith("attn-") for n in arrays)  # the twin's UNet has cross-attention
+    from t2i_audit.probes.linear import onehot_constituents
+
+    by_id = {p["id"]: p for p in src.read_prompts()}
+    onehot, names = onehot_constituents([by_id[pid] for pid, _ in rows])
+    X = design(arrays, 0, "probe", slice(None), onehot)
+    y = np.arange(len(rows)) % 2
+    probe = export_probe(X, y, np.array([pid for pid, _ in rows]))
+    src.probes_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(src.probes_dir / "early_probes.json", _clean(
+        {"onehot": names, "steps": meta["steps"], "settings": meta["settings"], "categories": {"color": {"t000": probe}}}))
+    out = tmp_path / "sel"
+    res = select_run(api.make_config(dict(model="tiny-sd", prompts=[str(src.prompts)], out=str(out), device="cpu")),
+                     src.root, n_of=2, keep=1, at=0.5, n_boot=20, progress=False)
+    assert res["cost"]["selected_total"] == 2 * 1 + 1 * 2 and res["loop_step"] == 0
+    chosen = list(read_jsonl(out / "selection.jsonl"))
+    assert len(chosen) == 8 and sum(r["kept"] for r in chosen) == 4
+    assert {(r["prompt_id"], r["sample"]) for r in chosen if r["kept"] or r["random"]} == \
+        {(r["prompt_id"], r["sample"]) for r in RunDir(out).read_images()}
