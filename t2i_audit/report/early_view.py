@@ -14,17 +14,10 @@ from pathlib import Path
 
 from ..rundir import read_jsonl
 from . import charts
+from .probes_view import _f  # a number or None (NaN, missing, text)
 
 REF_COLOURS = {"prompt-only": "#D55E00", "text-encoder": "#009E73", "x0 preview": "#CC79A7"}
 RANKED = 8
-
-
-def _f(v):
-    try:
-        f = float(v)
-        return None if math.isnan(f) else f
-    except (TypeError, ValueError):
-        return None
 
 
 def _auc(block: dict | None) -> tuple:
