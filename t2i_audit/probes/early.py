@@ -97,7 +97,7 @@ def denoiser_rows(pipe, encoder: str, length: int, call: dict | None) -> list[in
     return rows
 
 
-def _replay_batch(pipe, batch: list[tuple[dict, int]], seeds: list[int], s: dict, steps: list[int],
+def replay_batch(pipe, batch: list[tuple[dict, int]], seeds: list[int], s: dict, steps: list[int],
                   previews: bool) -> dict[str, np.ndarray]:
     """One planned batch replayed to ``max(steps)``: ``{"<family>__t<step>": (len(batch), …)}``."""
     from .attention import AttentionRecorder, has_cross_attention
@@ -229,7 +229,7 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
     for c in missing:
         acc: dict[str, list] = {}
         for b in range(c * per_chunk, min((c + 1) * per_chunk, len(plan))):
-            got = _replay_batch(pipe, plan[b], seeds[b], s, steps, previews)
+            got = replay_batch(pipe, plan[b], seeds[b], s, steps, previews)
             got.pop("_n_calls")
             recs = [images[(p["id"], k)] for p, k in plan[b]]
             for name, v in got.items():

@@ -75,7 +75,7 @@ def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: 
     """Risk of every (prompt, sample < n_of) from its features at ``step``, written to ``path`` (JSONL) batch by
     batch; resumable."""
     from ..generate import image_seed, plan_batches
-    from .early import _replay_batch
+    from .early import replay_batch
     from .per_image import apply_probe, design
 
     done = {(r["prompt_id"], r["sample"]): r for r in read_jsonl(path)} if path.exists() else {}
@@ -86,7 +86,7 @@ def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: 
             out += [done[(p["id"], k)] for p, k in batch]
             continue
         seeds = [image_seed(p["id"], k, s["seed"]) for p, k in batch]
-        arrays = _replay_batch(pipe, batch, seeds, s, [step], previews=False)
+        arrays = replay_batch(pipe, batch, seeds, s, [step], previews=False)
         recs = [p for p, _ in batch]
         X = design(arrays, step, "probe", slice(None), onehot_by_names(recs, fitted["onehot"]))
         for j, (p, k) in enumerate(batch):

@@ -176,7 +176,7 @@ def test_slot_keys_must_be_the_attention_keys(monkeypatch, mini_run, early_meta)
     s = run_settings(mini_run, card, "cpu")
     p = mini_run.read_prompts()[0]
     with pytest.raises(AuditError, match="keys but the prompt has 5 tokens"):
-        early_mod._replay_batch(load_pipeline(card, "cpu", s["dtype"]), [(p, 0)], [1], s, [0], previews=False)
+        early_mod.replay_batch(load_pipeline(card, "cpu", s["dtype"]), [(p, 0)], [1], s, [0], previews=False)
 
 
 def test_predict_early_ranks_seeds_as_select_scans_them(mini_run, studied, tmp_path):
