@@ -207,15 +207,16 @@ def decodability_many(jobs: Sequence[tuple], *, n_splits: int = 5, seed: int = 0
     return out
 
 
-def onehot_constituents(prompts: Sequence[dict]) -> tuple[np.ndarray, list[str]]:
-    """The prompt-only baseline's features: one column per ``slot=value`` and per template."""
+def onehot_constituents(prompts: Sequence[dict], names: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """The prompt-only baseline's features: one column per ``slot=value`` and per template. ``names``: the
+    columns of an earlier fit, in its order (a value it never saw gets no column: all zeros)."""
     feats = [[f"{k}={v}" for k, v in sorted((p.get("slots") or {}).items())]
              + [f"template={p.get('template')}"] for p in prompts]
-    names = sorted({f for fs in feats for f in fs})
+    names = list(names) if names is not None else sorted({f for fs in feats for f in fs})
     col = {n: i for i, n in enumerate(names)}
     X = np.zeros((len(prompts), len(names)), dtype=np.float32)
     for i, fs in enumerate(feats):
-        X[i, [col[f] for f in fs]] = 1.0
+        X[i, [col[f] for f in fs if f in col]] = 1.0
     return X, names
 
 

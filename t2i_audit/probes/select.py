@@ -25,23 +25,11 @@ import hashlib
 import random
 import sys
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
-
-
-def onehot_by_names(prompts: Sequence[dict], names: Sequence[str]) -> np.ndarray:
-    """The prompt-only features in the fitted probe's column order (values it never saw: all zeros)."""
-    col = {n: i for i, n in enumerate(names)}
-    X = np.zeros((len(prompts), len(names)), dtype=np.float32)
-    for i, p in enumerate(prompts):
-        for f in [f"{k}={v}" for k, v in (p.get("slots") or {}).items()] + [f"template={p.get('template')}"]:
-            if f in col:
-                X[i, col[f]] = 1.0
-    return X
 
 
 def load_fitted(from_run: Path) -> dict:
@@ -64,6 +52,13 @@ def _probe_for(fitted: dict, category: str, step: int) -> dict:
     return cat[tag]
 
 
+def scan_settings(fitted_settings: dict, card, seed: int, batch_size: int) -> dict:
+    """The sampler settings the probes were fitted under (steps, guidance, size, dtype), with this run's seed
+    and batch size: a probe read at step k of 20 means nothing at step k of 30."""
+    return {**{k: fitted_settings[k] for k in ("steps", "guidance", "size", "dtype")},
+            "seed": seed, "batch_size": batch_size, "call": dict(card.call)}
+
+
 def random_picks(prompt_id: str, n_of: int, keep: int, seed: int) -> list[int]:
     """K of the N samples, drawn from a generator seeded by (prompt id, seed): the same everywhere."""
     digest = int(hashlib.sha256(f"{prompt_id}:random:{seed}".encode()).hexdigest()[:15], 16)
@@ -76,6 +71,7 @@ def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: 
     batch; resumable."""
     from ..generate import image_seed, plan_batches
     from .early import replay_batch
+    from .linear import onehot_constituents
     from .per_image import apply_probe, design
 
     done = {(r["prompt_id"], r["sample"]): r for r in read_jsonl(path)} if path.exists() else {}
@@ -88,7 +84,7 @@ def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: 
         seeds = [image_seed(p["id"], k, s["seed"]) for p, k in batch]
         arrays = replay_batch(pipe, batch, seeds, s, [step], previews=False)
         recs = [p for p, _ in batch]
-        X = design(arrays, step, "probe", slice(None), onehot_by_names(recs, fitted["onehot"]))
+        X = design(arrays, step, "probe", slice(None), onehot_constituents(recs, fitted["onehot"])[0])
         for j, (p, k) in enumerate(batch):
             risk = float(apply_probe(_probe_for(fitted, str(p.get("category")), step), X[j:j + 1])[0])
             out.append({"prompt_id": p["id"], "sample": k, "seed": seeds[j], "risk": risk,
@@ -112,8 +108,7 @@ def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_o
     for cat in sorted({str(p.get("category")) for p in prompts}):
         _probe_for(fitted, cat, step)
     card = resolve_model(model)
-    s = {"steps": src["steps"], "guidance": src["guidance"], "size": src["size"], "dtype": src["dtype"],
-         "seed": seed, "batch_size": batch_size, "call": dict(card.call)}
+    s = scan_settings(src, card, seed, batch_size)
     pipe = load_pipeline(card, resolve_device(device), s["dtype"])
     return scan(out, pipe, prompts, fitted, s, n_of=n_of, step=step, progress=progress)
 
@@ -221,8 +216,7 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
     claim_output_dir(rd.root, "run")
     with RunLock(rd.root, 0):
         prepare_run(cfg, card, records)
-        s = {"steps": src["steps"], "guidance": src["guidance"], "size": src["size"], "dtype": src["dtype"],
-             "seed": cfg.seed, "batch_size": cfg.batch_size, "call": dict(card.call)}
+        s = scan_settings(src, card, cfg.seed, cfg.batch_size)
         rd.update_stage("generate", status="running", selection={"from": str(from_run), "of": n_of, "keep": keep,
                                                                   "at": at, "loop_step": step}, settings=s)
         pipe = load_pipeline(card, device, s["dtype"])

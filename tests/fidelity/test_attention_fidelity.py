@@ -510,3 +510,16 @@ def test_x0_preview_at_the_first_flow_matching_step(pipes, family, monkeypatch):
     latents, inputs = flow_preview(pipe, card, [0], 2, monkeypatch)
     v, _t, sample, _idx = inputs[0]
     torch.testing.assert_close(latents[0], (sample - pipe.scheduler.sigmas[0] * v).float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", CROSS)
+def test_x0_preview_is_decoded_as_the_pipeline_decodes(pipes, family):
+    """decode_previews on the pipeline's own final latent gives the pipeline's own images (every family)."""
+    from t2i_audit.probes.preview import decode_previews
+
+    pipe, card = pipes(family)
+    latents = call(pipe, card, steps=2, output_type="latent").images
+    images = output_images(call(pipe, card, steps=2, output_type="pil"))
+    decoded = decode_previews(pipe, latents.float())
+    for a, b in zip(images, decoded):
+        assert np.array_equal(np.asarray(a), np.asarray(b))

@@ -143,17 +143,12 @@ def test_blip_vqa_encodes_the_question_with_enc_and_uses_the_cards_image_size(ti
 
 
 # --- OWLv2: the square padding ------------------------------------------------------------------------
-def test_owlv2_drops_boxes_centred_in_the_square_padding(model_dir):
+def test_owlv2_drops_boxes_centred_in_the_square_padding(tiny_owlv2):
     import torch
 
     from t2i_audit.scorers.detect import DetectionScorer, in_image
 
-    folder = model_dir / "owlv2"
-    if not (folder / "done").exists():
-        (folder / "done").parent.mkdir(parents=True, exist_ok=True)
-        m = {"owl": tm.owlv2_model(folder / "owl"), "clip": tm.open_clip_model(folder / "oc")}
-        (folder / "done").write_text(json.dumps(m))
-    m = json.loads((folder / "done").read_text())
+    m = tiny_owlv2
     s = DetectionScorer(get_card("detect-owlv2", overrides={"model": m["owl"], "thresholds": {"box": 0.5}})).load()
     # a 64 x 32 image: OWLv2 sees it padded to 64 x 64; boxes (cx, cy, w, h) relative to the square
     boxes = torch.tensor([[[0.25, 0.25, 0.2, 0.2],     # in the image

@@ -93,13 +93,8 @@ def test_count_rule_with_nms(tmp_path):
     assert q["q1"]["value"] == 3.0 and pr["verdict"] is True
 
 
-def test_tiny_owlv2_end_to_end(tmp_path, model_dir):
-    folder = model_dir / "owlv2"
-    if not (folder / "done").exists():
-        (folder / "done").parent.mkdir(parents=True, exist_ok=True)
-        m = {"owl": tm.owlv2_model(folder / "owl"), "clip": tm.open_clip_model(folder / "oc")}
-        (folder / "done").write_text(json.dumps(m))
-    m = json.loads((folder / "done").read_text())
+def test_tiny_owlv2_end_to_end(tmp_path, tiny_owlv2):
+    m = tiny_owlv2
     p = prompt("red", "square", "blue", "circle", rel="left of")
     img = draw([("square", "red", L), ("circle", "blue", R)])
     rd = make_run(tmp_path / "run", [(p, img)])
@@ -148,13 +143,8 @@ def test_grounding_dino_phrase_scores_map_to_labels(model_dir):
     assert ans["q4"].extra["relations"] is not None
 
 
-def test_long_detector_query_is_recorded_as_truncated(tmp_path, model_dir):
-    folder = model_dir / "owlv2"
-    if not (folder / "done").exists():
-        (folder / "done").parent.mkdir(parents=True, exist_ok=True)
-        m = {"owl": tm.owlv2_model(folder / "owl"), "clip": tm.open_clip_model(folder / "oc")}
-        (folder / "done").write_text(json.dumps(m))
-    m = json.loads((folder / "done").read_text())
+def test_long_detector_query_is_recorded_as_truncated(tmp_path, tiny_owlv2):
+    m = tiny_owlv2
     long_name = "square " * 20  # OWLv2 text queries hold 16 tokens
     p = prompt(None, long_name.strip())
     rd = make_run(tmp_path / "run", [(p, draw([("square", "red", L)]))])
