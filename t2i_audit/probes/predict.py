@@ -14,7 +14,6 @@ import numpy as np
 
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_jsonl, claim_output_file, read_jsonl
-from ..safeload import read_json
 from .activations import encoder_fingerprint, resolve_text_encoders
 
 
@@ -31,20 +30,16 @@ def load_prompts(path) -> list[dict]:
 
 
 def load_probe(from_run) -> dict:
-    rd = from_run if isinstance(from_run, RunDir) else RunDir(from_run)
-    path = rd.probes_dir / "failure_probe.json"
-    if not path.exists():
-        raise AuditError(f"{path}: no fitted failure probe; run `t2i-audit probe {from_run}` on a "
-                         "scored run first")
-    probe = read_json(path, finite=False)  # damaged: a located error, not a traceback
-    if not isinstance(probe, dict):
-        raise AuditError(f"{path}: not a JSON object; run `t2i-audit probe {from_run}` again")
-    return probe
+    """The run's fitted failure probe, validated (:mod:`.probe_files`)."""
+    from .probe_files import load_failure_probe
+
+    return load_failure_probe(from_run.root if isinstance(from_run, RunDir) else from_run)
 
 
 def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu",
                      batch_size: int = 32, force: bool = False) -> list[dict]:
     claim_output_file(out_path, force=force)  # before any work: an existing file is replaced only with force
+    from_run = from_run.root if isinstance(from_run, RunDir) else Path(from_run)
     probe = load_probe(from_run)
     info = resolve_text_encoders(model)
     enc = next((e for e in info["text_encoders"] if e["name"] == probe["encoder"]), None)
@@ -74,8 +69,15 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
         res = encoder.encode([p["text"] for p in batch], [p.get("spans") or {} for p in batch],
                              layers=[probe["layer"]], poolings=("slot",) if slot else (pooling,),
                              slot_names=[slot] if slot else [])[probe["encoder"]]
+        if key not in res:
+            raise AuditError(f"{from_run / 'probes' / 'failure_probe.json'}: layer/pooling: {probe['encoder']} of "
+                             f"--model {model!r} has no {key}; fit the probe again with `t2i-audit probe {from_run}`")
         rows.append(res[key])
     X = np.concatenate(rows).astype(np.float64)
+    if X.shape[1] != len(probe["mean"]):  # the fingerprint matched, so the file's arrays were cut or padded
+        raise AuditError(f"{from_run / 'probes' / 'failure_probe.json'}: mean/scale/coef hold "
+                         f"{len(probe['mean'])} values but {probe['encoder']}/{key} has {X.shape[1]} features; "
+                         f"fit it again with `t2i-audit probe {from_run}`")
     z = (X - np.asarray(probe["mean"])) / np.asarray(probe["scale"])
     risk = 1.0 / (1.0 + np.exp(-(z @ np.asarray(probe["coef"]) + probe["intercept"])))
     seen = set(probe.get("compositions") or [])

@@ -33,12 +33,10 @@ from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
 
 
 def load_fitted(from_run: Path) -> dict:
-    from ..safeload import read_json
+    """The --from run's per-image probes, validated (:mod:`.probe_files`)."""
+    from .probe_files import load_early_probes
 
-    path = RunDir(from_run).probes_dir / "early_probes.json"
-    if not path.exists():
-        raise AuditError(f"{path}: no per-image probes; run `t2i-audit probe {from_run} --early` first")
-    return read_json(path)
+    return load_early_probes(from_run)
 
 
 def _probe_for(fitted: dict, category: str, step: int) -> dict:
