@@ -98,8 +98,9 @@ def denoiser_rows(pipe, encoder: str, length: int, call: dict | None) -> list[in
 
 
 def replay_batch(pipe, batch: list[tuple[dict, int]], seeds: list[int], s: dict, steps: list[int],
-                  previews: bool) -> dict[str, np.ndarray]:
-    """One planned batch replayed to ``max(steps)``: ``{"<family>__t<step>": (len(batch), …)}``."""
+                  previews: bool, extra: Sequence = ()) -> dict[str, np.ndarray]:
+    """One planned batch replayed to ``max(steps)``: ``{"<family>__t<step>": (len(batch), …)}``. ``extra``: more
+    ``run_hooked`` attach makers (select's snapshot of the latents, studies/continuation.py)."""
     from .attention import AttentionRecorder, has_cross_attention
     from .denoiser import run_hooked
     from .map_features import image_features
@@ -120,7 +121,8 @@ def replay_batch(pipe, batch: list[tuple[dict, int]], seeds: list[int], s: dict,
             return holders["x0"]
         attach.append(make_preview)
     pooled, info = run_hooked(pipe, texts, seeds, steps=s["steps"], guidance=s["guidance"], size=s["size"],
-                              at_steps=steps, call_kwargs=s["call"], attach=attach, stop_after=max(steps))
+                              at_steps=steps, call_kwargs=s["call"], attach=attach + list(extra),
+                              stop_after=max(steps))
     out = {}
     for step in steps:
         blocks = sorted(k for k in pooled if k.endswith(f"__t{step:03d}-cond"))
