@@ -1,0 +1,61 @@
+"""Bootstrap over twin groups for per-prompt outcomes, and Holm's correction (numpy only).
+
+The unit of independence is the twin group (a composition and its swap twin): every prompt of one
+group is resampled together, so the CI of a success rate or of a paired difference carries the
+dependence between a prompt and its twin.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class GroupBootstrap:
+    """``n_boot`` resamples of whole groups, shared by every statistic of one category (paired)."""
+
+    def __init__(self, groups: np.ndarray, n_boot: int = 2000, seed: int = 0):
+        self.codes, self.member = np.unique(np.asarray(groups), return_inverse=True)
+        G = len(self.codes)
+        rng = np.random.default_rng(seed)
+        draws = rng.integers(0, G, (n_boot, G))
+        self.counts = np.zeros((n_boot, G))
+        np.add.at(self.counts, (np.repeat(np.arange(n_boot), G), draws.ravel()), 1.0)
+        self.sizes = np.bincount(self.member, minlength=G).astype(float)
+
+    def means(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (prompts,) or (prompts, k) → bootstrap means (n_boot,) or (n_boot, k); NaN rows ignored."""
+        v = np.asarray(values, float)
+        one = v.ndim == 1
+        v = v[:, None] if one else v
+        ok = np.isfinite(v)
+        sums = np.zeros((len(self.codes), v.shape[1]))
+        cnts = np.zeros_like(sums)
+        np.add.at(sums, self.member, np.where(ok, v, 0.0))
+        np.add.at(cnts, self.member, ok.astype(float))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = (self.counts @ sums) / (self.counts @ cnts)
+        return out[:, 0] if one else out
+
+    def summary(self, values: np.ndarray, null: float | None = None, confidence: float = 0.95) -> dict:
+        """Mean, percentile CI and (with ``null``) a two-sided bootstrap p of mean = null."""
+        v = np.asarray(values, float)
+        boots = self.means(v)
+        a = (1 - confidence) / 2
+        lo, hi = np.nanquantile(boots, [a, 1 - a])
+        out = {"mean": float(np.nanmean(v)), "ci": [float(lo), float(hi)], "n_prompts": int(np.isfinite(v).sum()),
+               "n_groups": int(len(self.codes))}
+        if null is not None:
+            b = boots[np.isfinite(boots)]
+            p = 2 * min((b <= null).mean(), (b >= null).mean()) if len(b) else np.nan
+            out["p"] = float(max(min(p, 1.0), 1.0 / max(len(b), 1)))
+        return out
+
+
+def holm(pvalues: dict) -> dict:
+    """Holm–Bonferroni adjusted p-values (step-down, monotone), same keys."""
+    items = sorted(((p, k) for k, p in pvalues.items() if p is not None and np.isfinite(p)))
+    m, out, running = len(items), {}, 0.0
+    for i, (p, k) in enumerate(items):
+        running = max(running, min(1.0, (m - i) * p))
+        out[k] = running
+    return out
