@@ -106,6 +106,23 @@ def _cluster_resamples(groups: np.ndarray, b: int, rng) -> np.ndarray:
     return out
 
 
+def cluster_bootstrap_ci(statistic: Callable, *arrays: np.ndarray, groups: Sequence, n_boot: int = 1000,
+                         seed: int = 0, confidence: float = 0.95) -> tuple[float | None, float | None]:
+    """Percentile CI of ``statistic(*arrays)`` over resamples of whole ``groups`` (a cluster bootstrap: the
+    images of one prompt, the raters of one image, are not independent). Resamples where the statistic is
+    undefined (None / NaN) are dropped; (None, None) when fewer than a tenth of them (and 10) remain."""
+    n = len(arrays[0])
+    if n < 2 or n_boot <= 0:
+        return None, None
+    idx = _cluster_resamples(np.asarray(groups), n_boot, _rng(seed))
+    vals = [v for v in (statistic(*(a[i] for a in arrays)) for i in idx) if v is not None and not math.isnan(v)]
+    if len(vals) < max(10, n_boot // 10):
+        return None, None
+    a = (1 - confidence) / 2
+    lo, hi = np.quantile(vals, [a, 1 - a])
+    return float(lo), float(hi)
+
+
 def _boot_aurocs(y: np.ndarray, scores: Sequence[np.ndarray], n_boot: int, seed: int, groups=None):
     """AUROC of each score on the same bootstrap resamples (Mann–Whitney on average ranks).
 
@@ -161,3 +178,76 @@ def auroc_diff_ci(y_true: Sequence, score_a: Sequence, score_b: Sequence, *, n_b
     lo, hi = np.quantile(vals, [q, 1 - q])
     p = min(1.0, 2 * min((vals <= 0).mean(), (vals >= 0).mean()))
     return {"diff": float(diff), "ci": [float(lo), float(hi)], "p": float(p)}
+
+
+# --- small samples: one rule for every printed AUROC, rate and κ ------------------------------------------
+# Below these counts a statistic is printed (and, where a command stores it, stored) as "too few", never as a
+# number: its 95 % interval would span most of the scale, so the number would read as a finding it is not.
+MIN_PER_CLASS = 10  # AUROC: failures and successes each. Hanley & McNeil's SE at AUROC 0.75 with 10 of each
+#                     gives a 95 % CI of ±0.22 (the smallest count at which a fair predictor's interval can
+#                     exclude chance); with 5 of each it is ±0.32, with 3 of each ±0.43.
+MIN_RATE_N = 10     # rate (success, accuracy, agreement): items. Wilson 95 % half-width at p = 0.5 is 0.26 for
+#                     10 items, 0.33 for 5, 0.35 for 4 (one prompt's seeds).
+MIN_KAPPA_N = 20    # Cohen's κ: labelled items. At 80 % agreement and 50 % chance agreement the large-sample
+#                     95 % CI is ±0.35 with 20 items (slight vs substantial still apart), ±0.50 with 10.
+MIN_UNITS = 5       # independent units under any of them (compositions, prompts): items of one prompt are not
+#                     independent, grouped CV needs a group per fold (5 folds), and a cluster bootstrap over 4
+#                     units has only 35 distinct resamples.
+TOO_FEW = "too few"
+
+
+def too_few(kind: str, *, n: int, n_units: int | None = None, n_minority: int | None = None,
+            items: str = "items", units: str = "units") -> str | None:
+    """Why an ``auroc`` / ``rate`` / ``kappa`` from this sample is not shown as a number, or None when it may be.
+
+    ``n``: items it rests on; ``n_units``: independent units among them (None: not known, not checked);
+    ``n_minority``: the smaller class (AUROC). The words name the caller's items and units ("images",
+    "compositions")."""
+    need = {"auroc": MIN_PER_CLASS, "rate": MIN_RATE_N, "kappa": MIN_KAPPA_N}[kind]
+    have = n_minority if kind == "auroc" else n
+    short = have is not None and have < need
+    few_units = n_units is not None and n_units < MIN_UNITS
+    if not (short or few_units):
+        return None
+    what = {"auroc": f"≥ {need} of each class", "rate": f"≥ {need} {items}", "kappa": f"≥ {need} {items}"}[kind]
+    got = f"{n} {items}" + (f", {n_minority} in the smaller class" if kind == "auroc" and n_minority is not None
+                            else "")
+    if n_units is not None:
+        got += f", {n_units} {units}"
+    return f"{TOO_FEW}: {got}; {'an AUROC' if kind == 'auroc' else 'a κ' if kind == 'kappa' else 'a rate'} " \
+           f"needs {what} over ≥ {MIN_UNITS} {units}"
+
+
+def auroc_too_few(n: int | None, failure_rate: float | None, n_units: int | None = None, *, items: str = "prompts",
+                  units: str = "compositions") -> str | None:
+    """:func:`too_few` for an AUROC stored with its ``n`` and failure rate (the smaller class is recovered from
+    them); None where they were not stored (a file from before), so the number is shown as it was."""
+    if n is None or failure_rate is None:
+        return None
+    return too_few("auroc", n=n, n_minority=round(n * min(failure_rate, 1 - failure_rate)), n_units=n_units,
+                   items=items, units=units)
+
+
+def shown(value, reason: str | None = None, spec: str = ".3f") -> str:
+    """``value`` formatted by ``spec``, or "too few" where :func:`too_few` gave a reason (or the value is
+    missing / not finite: "—"). The one formatter every printer of an AUROC, a rate or a κ uses."""
+    if reason:
+        return TOO_FEW
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return format(value, spec)
+
+
+def auroc_or_too_few(y_true: Sequence, score: Sequence, *, n_units: int | None = None, items: str = "images",
+                     units: str = "prompts", groups: Sequence | None = None, **kw) -> dict:
+    """:func:`auroc_ci`, or ``{"auroc": None, "ci": [None, None], "n", "too_few": why}`` below the rule: what a
+    command stores where the number would mislead. ``n_units``: independent units (default: distinct ``groups``,
+    the bootstrap's clusters)."""
+    y = np.asarray(y_true).astype(int)
+    if n_units is None and groups is not None:
+        n_units = len(np.unique(np.asarray(groups)))
+    why = too_few("auroc", n=len(y), n_units=n_units, n_minority=int(min(y.sum(), len(y) - y.sum())),
+                  items=items, units=units)
+    if why:
+        return {"auroc": None, "ci": [None, None], "n": int(len(y)), "too_few": why}
+    return auroc_ci(y, score, groups=groups, **kw)

@@ -33,7 +33,10 @@ def load_cards() -> dict[str, dict]:
 
 def questioner_card(spec: str) -> dict:
     """``NAME`` (a card) or ``NAME=PATH`` (that card on a local copy of its model, e.g. offline)."""
-    name, _, path = spec.partition("=")
+    name, eq, path = spec.partition("=")
+    if eq and not path.strip():  # "NAME=" would otherwise fall back to the hub model, unasked
+        raise AuditError(f"--questions-by {spec!r}: empty path after '='; give NAME=PATH (a local copy of the "
+                         f"model) or NAME alone for the card's own model")
     cards = load_cards()
     if name not in cards:
         raise AuditError(f"unknown question generator {name!r} (cards/{CARD_FILE.name}).{did_you_mean(name, cards)}")

@@ -75,8 +75,12 @@ def probe(
     fp = res.get("failure_prediction", {})
     typer.echo(f"probes written to {Path(run) / 'probes'}")
     if "auroc" in fp:
-        typer.echo(f"failure prediction ({fp['encoder']}/{fp['layer']}/{fp['pooling']}): AUROC "
-                   f"{fp['auroc']:.3f} vs prompt-only baseline {fp['baseline_auroc']:.3f} — {fp['verdict']}")
+        from ..stats import auroc_too_few
+
+        why = auroc_too_few(fp.get("n"), fp.get("failure_rate"), fp.get("n_compositions"))
+        typer.echo(f"failure prediction ({fp['encoder']}/{fp['layer']}/{fp['pooling']}): "
+                   + (f"AUROC {why}" if why else f"AUROC {_auroc({'auroc': fp['auroc']})} vs prompt-only baseline "
+                      f"{_auroc({'auroc': fp['baseline_auroc']})} — {fp['verdict']}"))
     else:
         typer.echo(f"failure prediction skipped: {fp.get('skipped')}")
     cr = res.get("correlation", {})
@@ -124,9 +128,12 @@ def predict(
 
 def _fractions(text: str) -> list[float]:
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        out = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise AuditError(f"--at {text!r}: expected comma-separated fractions such as 0.1,0.2") from None
+        out = []
+    if not out:
+        raise AuditError(f"--at {text!r}: expected comma-separated fractions such as 0.1,0.2")
+    return out
 
 
 def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet) -> None:
@@ -141,11 +148,30 @@ def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet) ->
         if "skipped" in r:
             typer.echo(f"  {cat}: skipped ({r['skipped']})")
             continue
+        said = None
         for tag, st in r["steps"].items():
             c = st["families"]["probe"]["compositions"]
-            refs = ", ".join(f"{k} {v['auroc']['auroc']:.3f}" for k, v in c["references"].items())
-            typer.echo(f"  {cat} after {st['iterations']}/{res['loop_steps']} steps: AUROC {c['auroc']['auroc']:.3f} "
-                       f"(CI {c['auroc']['ci'][0]:.3f}–{c['auroc']['ci'][1]:.3f}); {refs}")
+            refs = ", ".join(f"{k} {_auroc(v['auroc'])}" for k, v in c["references"].items())
+            typer.echo(f"  {cat} after {st['iterations']}/{res['loop_steps']} steps: AUROC {_auroc(c['auroc'], ci=True)}"
+                       f"{'; ' + refs if refs else ''}")
+            why = c["auroc"].get("too_few")
+            if why and why != said:  # the same rows at every step: say it once
+                typer.echo(f"    ({why})")
+            said = why
+        seeds = next(iter(r["steps"].values()))["families"]["probe"]["seeds"] if r["steps"] else {}
+        if "skipped" in seeds:
+            typer.echo(f"  {cat}: held-out seeds not evaluated ({seeds['skipped']})")
+
+
+def _auroc(a: dict, ci: bool = False) -> str:
+    """An AUROC result (stats.auroc_ci / auroc_or_too_few) as printed: "too few" by the one rule, else the value."""
+    from ..stats import shown
+
+    text = shown(a.get("auroc"), a.get("too_few"))
+    lo, hi = (a.get("ci") or [None, None])[:2]
+    if not ci or a.get("too_few") or lo is None or hi is None or lo != lo:  # lo != lo: NaN
+        return text
+    return f"{text} (CI {lo:.3f}–{hi:.3f})"
 
 
 def select(
@@ -177,7 +203,13 @@ def select(
     c = res["cost"]
     typer.echo(f"selection: {c['selected_total']} of {c['best_of_n_by_final_judge']} loop iterations per prompt "
                f"({c['saved_fraction']:.0%} saved)")
-    if "lift" in res:
+    from ..stats import too_few
+
+    why = too_few("rate", n=res["n_prompts"] * res["keep"], n_units=res["n_prompts"], items="kept images",
+                  units="prompts")
+    if why:
+        typer.echo(f"kept vs random success: {why}")
+    elif "lift" in res:
         typer.echo(f"kept {res['kept_success']:.3f} vs random {res['random_success']:.3f}: lift {res['lift']:+.3f} "
                    f"(CI {res['ci'][0]:+.3f}…{res['ci'][1]:+.3f}, {res['n_prompts']} prompts)")
 

@@ -14,6 +14,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from .. import stats
+from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
 from . import per_image
 from .early import DEFAULT_FRACTIONS, extract_early_features, load_early
@@ -61,6 +63,10 @@ def _text_reference(rd: RunDir, prompt_ids: Sequence[str]) -> np.ndarray | None:
     return None
 
 
+SEEDS_ABSENT = ("one image per prompt: the held-out-seeds evaluation trains on the first half of each prompt's "
+                "samples and tests on the second half; make 2 or more per prompt (-n 2)")
+
+
 def _seed_split(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     half = (int(samples.max()) + 1) // 2
     return np.flatnonzero(samples < half), np.flatnonzero(samples >= half)
@@ -97,11 +103,13 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
         y, groups, clusters = failed[idx], np.array([recs[i].get("composition") or recs[i]["id"] for i in idx]), pids[idx]
         folds = grouped_folds(groups, n_splits, seed)
         tr_s, te_s = _seed_split(samples[idx])
+        seeds_absent = None if len(tr_s) and len(te_s) else SEEDS_ABSENT
         base = {"prompt-only": onehot[idx]}
         if text is not None:
             base["text-encoder"] = text[idx]
         base_risk = {name: (per_image.oof(X, y, groups, folds, seed),
-                            _split_risk(X, y, groups, tr_s, te_s, seed)) for name, X in base.items()}
+                            None if seeds_absent else _split_risk(X, y, groups, tr_s, te_s, seed))
+                     for name, X in base.items()}
         ceiling = {f"final image ({name})": 1.0 - np.array([vals.get(rows[i], np.nan) for i in idx])
                    for name, vals in others.items()}
         res_cat: dict = {"n": int(len(idx)), "failure_rate": float(y.mean()), "steps": {}}
@@ -109,7 +117,7 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
         for step in meta["steps"]:
             x0 = f"x0__t{step:03d}"
             refs_c = {k: v[0] for k, v in base_risk.items()}
-            refs_s = {k: v[1] for k, v in base_risk.items()}
+            refs_s = {} if seeds_absent else {k: v[1] for k, v in base_risk.items()}
             if x0 in arrays:
                 preview = 1.0 - np.asarray(arrays[x0][idx, 0], float)
                 refs_c["x0 preview"], refs_s["x0 preview"] = preview, preview[te_s]
@@ -123,11 +131,11 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
                 X = per_image.design(arrays, step, fam, idx, onehot[idx] if headline else None)
                 risk = per_image.oof(X, y, groups, folds, seed)
                 per_step[fam] = {
-                    "compositions": per_image.compare(y, risk, refs_c if headline else {}, clusters,
+                    "compositions": per_image.compare(y, risk, refs_c if headline else {}, clusters, groups,
                                                       n_boot=n_boot, seed=seed),
-                    "seeds": per_image.compare(y[te_s], _split_risk(X, y, groups, tr_s, te_s, seed),
-                                               refs_s if headline else {}, clusters[te_s],
-                                               n_boot=n_boot, seed=seed)}
+                    "seeds": {"skipped": seeds_absent} if seeds_absent else per_image.compare(
+                        y[te_s], _split_risk(X, y, groups, tr_s, te_s, seed), refs_s if headline else {},
+                        clusters[te_s], groups[te_s], n_boot=n_boot, seed=seed)}
                 if fam == "probe":
                     risks += [{"prompt_id": rows[i][0], "sample": rows[i][1], "category": cat, "step": step,
                                "risk": float(r), "failed": bool(f)} for i, r, f in zip(idx, risk, y)]
@@ -138,9 +146,9 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
             res_cat["steps"][f"t{step:03d}"] = {"iterations": step + 1, "fraction": (step + 1) / meta["loop_steps"],
                                                 "families": per_step}
             if progress:
-                a = per_step["probe"]["compositions"]["auroc"]["auroc"]
-                print(f"[early] {cat} step {step + 1}/{meta['loop_steps']}: probe AUROC {a:.3f} "
-                      f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+                a = per_step["probe"]["compositions"]["auroc"]
+                print(f"[early] {cat} step {step + 1}/{meta['loop_steps']}: probe AUROC "
+                      f"{stats.shown(a['auroc'], a.get('too_few'))} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
         out["categories"][cat] = res_cat
     out["seconds"] = round(time.perf_counter() - t0, 1)
     out["selection_setting"] = {"n_of": n_of, "keep": keep, "how": (
@@ -156,16 +164,13 @@ def _split_risk(X, y, groups, train, test, seed) -> np.ndarray:
 
 
 def _by_type(idx, ftypes, y, risk, clusters, n_boot, seed) -> dict:
-    """AUROC of the same risk against each failure type (that type vs success)."""
-    from .. import stats
-
+    """AUROC of the same risk against each failure type (that type vs success); "too few" by the one rule."""
     out = {}
     for t in sorted({t for i in idx for t in ftypes[i]}):
         has = np.array([t in ftypes[i] for i in idx])
         keep = has | (y == 0)
-        if has.sum() >= 5 and (y[keep] == 0).sum() >= 5:
-            out[t] = stats.auroc_ci(has[keep].astype(int), risk[keep], n_boot=n_boot, seed=seed,
-                                    groups=clusters[keep])
+        out[t] = stats.auroc_or_too_few(has[keep].astype(int), risk[keep], n_boot=n_boot, seed=seed,
+                                        groups=clusters[keep], units="prompts")
     return out
 
 
@@ -173,12 +178,20 @@ def run_early_stage(run_dir, *, model: str, device: str = "cpu", fractions: Sequ
                     scorer: str | None = None, previews: bool = True, n_boot: int = 1000, seed: int = 0,
                     n_splits: int = 5, progress: bool = True, state=None) -> dict:
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    kept = f"{rd.probes_dir / 'early_probes.json'} is left as it was"
+    if not (rd.scores_dir.is_dir() and any(rd.scores_dir.glob("*.jsonl"))):  # before the replay's work
+        raise AuditError(f"{rd.scores_dir}: no scores; the per-image probes learn from each image's verdict — run "
+                         f"`t2i-audit score {rd.root}` first ({kept})")
     meta = extract_early_features(rd, model, device=device, fractions=fractions, previews=previews,
                                   progress=progress, state=state)
     if not meta:  # a non-main process
         return {}
     result, exported, risks = study(rd, scorer=scorer, n_splits=n_splits, n_boot=n_boot, seed=seed,
                                     progress=progress)
+    if not result["n_images"]:  # nothing to learn from: never replace fitted probes with none
+        raise AuditError(f"{rd.scores_dir}: no image has a verdict from the scorer deciding its category "
+                         f"({', '.join(f'{c}: {n}' for c, n in sorted(result['labels_from'].items())) or 'none'}); "
+                         f"score the run with it (`t2i-audit score {rd.root}`) or pass --scorer ({kept})")
     result["features"] = {"key": meta["key"], "denoiser_iterations": meta["denoiser_iterations"],
                           "x0_judges": meta.get("x0_judges")}
     exported.update(model=model, key=meta["key"], settings=meta["settings"])

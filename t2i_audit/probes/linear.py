@@ -259,12 +259,13 @@ def failure_prediction_many(jobs: Sequence[tuple], *, n_splits: int = 5, seed: i
     risks = _risks(probe_items, seed=seed, C=C, backend=backend, device=device)
     bases = _risks(base_items, seed=seed, C=C, backend=backend, device=device)
     out = []
-    for (failed, folds, b), risk in zip(preps, risks):
-        out.append(_failure_result(failed, folds, risk, bases[b], seed=seed, n_boot=n_boot))
+    for (failed, folds, b), risk, job in zip(preps, risks, jobs):
+        out.append(_failure_result(failed, folds, risk, bases[b], seed=seed, n_boot=n_boot,
+                                   n_compositions=len(np.unique(np.asarray(job[2])))))
     return out
 
 
-def _failure_result(failed, folds, risk, base, *, seed, n_boot) -> dict:
+def _failure_result(failed, folds, risk, base, *, seed, n_boot, n_compositions=None) -> dict:
     probe_auc = stats.auroc_ci(failed, risk, n_boot=n_boot, seed=seed)
     base_auc = stats.auroc_ci(failed, base, n_boot=n_boot, seed=seed)
     diff = stats.auroc_diff_ci(failed, risk, base, n_boot=n_boot, seed=seed)
@@ -277,7 +278,8 @@ def _failure_result(failed, folds, risk, base, *, seed, n_boot) -> dict:
     else:
         verdict = "no evidence that the activations add anything over the prompt-only baseline"
     return {"auroc": probe_auc, "baseline_auroc": base_auc, "auroc_diff": diff, "verdict": verdict,
-            "n": int(len(failed)), "failure_rate": float(failed.mean()), "n_folds": len(folds)}
+            "n": int(len(failed)), "failure_rate": float(failed.mean()), "n_folds": len(folds),
+            "n_compositions": n_compositions}
 
 
 def per_unit(prompts: Sequence[dict], decod: np.ndarray, success: np.ndarray, unit: str = "composition"):

@@ -118,22 +118,28 @@ def apply_probe(probe: Mapping, X: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-(z @ np.asarray(probe["coef"]) + probe["intercept"])))
 
 
-def compare(y: np.ndarray, risk: np.ndarray, refs: Mapping[str, np.ndarray], clusters: np.ndarray, *,
-            n_boot: int, seed: int) -> dict:
+def compare(y: np.ndarray, risk: np.ndarray, refs: Mapping[str, np.ndarray], clusters: np.ndarray,
+            compositions: np.ndarray, *, n_boot: int, seed: int) -> dict:
     """AUROC (CI) of ``risk`` and of each reference, and the paired difference against each. CIs resample
-    whole prompts (``clusters``): the images of one prompt are not independent."""
+    whole prompts (``clusters``): the images of one prompt are not independent. Below the small-sample rule
+    (:func:`t2i_audit.stats.too_few`, counting ``compositions``) an AUROC is stored as "too few", not a number,
+    and no difference is computed from it."""
     ok = np.isfinite(risk)
+
+    def auroc(rows, score):
+        return stats.auroc_or_too_few(y[rows], score[rows], n_units=len(set(compositions[rows].tolist())),
+                                      units="compositions", groups=clusters[rows], n_boot=n_boot, seed=seed)
+
     out = {"n": int(ok.sum()), "failure_rate": float(y[ok].mean()) if ok.any() else None,
-           "auroc": stats.auroc_ci(y[ok], risk[ok], n_boot=n_boot, seed=seed, groups=clusters[ok]),
-           "references": {}}
+           "auroc": auroc(ok, risk), "references": {}}
     for name, ref in refs.items():
         both = ok & np.isfinite(ref)
         if both.sum() < 2 or len(np.unique(y[both])) < 2:
             continue
-        kw = dict(n_boot=n_boot, seed=seed, groups=clusters[both])
-        out["references"][name] = {
-            "auroc": stats.auroc_ci(y[both], ref[both], **kw),
-            "probe_minus_reference": stats.auroc_diff_ci(y[both], risk[both], ref[both], **kw)}
+        out["references"][name] = {"auroc": auroc(both, ref)}
+        if "too_few" not in out["references"][name]["auroc"]:
+            out["references"][name]["probe_minus_reference"] = stats.auroc_diff_ci(
+                y[both], risk[both], ref[both], n_boot=n_boot, seed=seed, groups=clusters[both])
     return out
 
 

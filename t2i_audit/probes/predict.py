@@ -92,8 +92,12 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
                       "oof_auroc": probe.get("oof_auroc"), "labels_from": labels_from}}
            for r, i in enumerate(order)]
     atomic_write_jsonl(Path(out_path), out)
+    from ..stats import auroc_too_few, shown
+
+    why = auroc_too_few(probe.get("n"), probe.get("failure_rate"), len(probe.get("compositions") or []) or None)
     print(f"[predict] ranked {len(out)} prompts by failure risk -> {out_path} (probe "
-          f"{probe['encoder']}/{key}, out-of-fold AUROC {probe.get('oof_auroc'):.3f}; labels from "
+          f"{probe['encoder']}/{key}, out-of-fold AUROC {shown(probe['oof_auroc'], why)}"
+          f"{' (' + why + ')' if why else ''}; labels from "
           f"{', '.join(f'{c}: {n}' for c, n in labels_from.items()) or 'unrecorded (probe fitted before labels_from)'})",
           file=sys.stderr)
     return out

@@ -224,6 +224,7 @@ def _summarize(dec, fail, corr, *, scorers, n_labelled, probe_file, seconds) -> 
             "auroc": b["auroc"]["auroc"], "auroc_ci": b["auroc"]["ci"],
             "baseline_auroc": b["baseline_auroc"]["auroc"], "baseline_auroc_ci": b["baseline_auroc"]["ci"],
             "diff_ci": b["auroc_diff"]["ci"], "verdict": b["verdict"], "n": b["n"],
+            "failure_rate": b.get("failure_rate"), "n_compositions": b.get("n_compositions"),
             "note": "best of all layers x poolings by out-of-fold AUROC (a selected maximum)"})
     else:
         out["failure_prediction"] = {"skipped": "no scored prompts with both outcomes"}

@@ -68,10 +68,13 @@ def stratified_sample(images: list[dict], prompts: dict[str, dict], n: int, seed
 
 
 def data_uri(path: Path, max_px: int = MAX_PX) -> str:
+    """The image as a data URI (its own bytes when small enough, else a JPEG); decoded in full first, so a
+    truncated file raises here (OSError) instead of showing as a broken picture."""
     from PIL import Image
 
     raw = path.read_bytes()
     with Image.open(io.BytesIO(raw)) as im:
+        im.load()
         if max(im.size) <= max_px and im.format in ("PNG", "JPEG", "WEBP"):
             return f"data:image/{im.format.lower()};base64,{base64.b64encode(raw).decode()}"
         im = im.convert("RGB")
@@ -81,21 +84,37 @@ def data_uri(path: Path, max_px: int = MAX_PX) -> str:
     return f"data:image/jpeg;base64,{base64.b64encode(buf.getvalue()).decode()}"
 
 
-def label_items(rd: RunDir, picked: list[dict], prompts: dict[str, dict]) -> tuple[list[dict], list[str]]:
-    items, missing = [], []
+def label_items(rd: RunDir, picked: list[dict], prompts: dict[str, dict]) -> tuple[list[dict], list[str], list[str]]:
+    """(page items, missing image paths, "path: why" of damaged images). An image whose bytes are not the ones
+    images.jsonl recorded, or that does not decode, is skipped and named, as ``verify`` names it: a label on it
+    would be a label on another picture than the one scored."""
+    from PIL import Image
+
+    from ..rundir import file_sha256
+    from ..verify import _describe_png
+
+    items, missing, damaged = [], [], []
     for img in picked:
         p = prompts[img["prompt_id"]]
         path = rd.root / img["path"]
         if not path.is_file():
             missing.append(img["path"])
             continue
+        if img.get("sha256") and file_sha256(path) != img["sha256"]:
+            damaged.append(f"{img['path']}: {_describe_png(path, img)}")
+            continue
+        try:
+            src = data_uri(path)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:  # PIL's decoder errors
+            damaged.append(f"{img['path']}: not a decodable image ({type(e).__name__}: {e})")
+            continue
         qs = [{"question_id": "", "kind": "prompt", "text": f'Does the image show "{p["text"]}"?'}]
         qs += [{"question_id": q["id"], "kind": q.get("kind"), "text": q["text"]} for q in p.get("questions", [])]
         items.append({"key": f"{img['prompt_id']}/{int(img.get('sample', 0))}", "prompt_id": img["prompt_id"],
                       "sample": int(img.get("sample", 0)), "image": img["path"],
                       "image_path": str(path.resolve()), "category": p.get("category"), "prompt": p["text"],
-                      "src": data_uri(path), "questions": qs})
-    return items, missing
+                      "src": src, "questions": qs})
+    return items, missing, damaged
 
 
 def render_label_page(run_dir, *, n: int = 60, seed: int = 0, out: Optional[Path] = None,
@@ -113,9 +132,12 @@ def render_label_page(run_dir, *, n: int = 60, seed: int = 0, out: Optional[Path
     if not images:
         raise AuditError(f"{rd.images}: no images to label; run `t2i-audit run --stages prompts,generate` first")
     picked = stratified_sample(images, prompts, n, seed)
-    items, missing = label_items(rd, picked, prompts)
+    items, missing, damaged = label_items(rd, picked, prompts)
+    for what in damaged:  # always said, not progress: the page lacks these images
+        print(f"[label] skipped damaged image {what}", file=sys.stderr, flush=True)
     if not items:
-        raise AuditError(f"{rd.root}: no unflagged image files to label")
+        raise AuditError(f"{rd.root}: no unflagged, undamaged image files to label"
+                         + (f" ({len(damaged)} damaged; `t2i-audit verify {rd.root}` names them)" if damaged else ""))
     # the autosave key: same run, same sample → same answers; another seed or n starts fresh
     sample_key = hashlib.sha1("|".join(i["key"] for i in items).encode()).hexdigest()[:10]
     cats: dict[str, int] = {}
@@ -132,6 +154,7 @@ def render_label_page(run_dir, *, n: int = 60, seed: int = 0, out: Optional[Path
     atomic_write_text(page, env.get_template("label.html.j2").render(**ctx))
     if progress:
         extra = f"; {len(missing)} image file(s) missing, skipped" if missing else ""
+        extra += f"; {len(damaged)} damaged, skipped" if damaged else ""
         print(f"[label] {len(items)} images ({', '.join(f'{c}: {k}' for c, k in sorted(cats.items()))}){extra}",
               file=sys.stderr, flush=True)
     return page

@@ -110,6 +110,7 @@ def register(app: typer.Typer) -> None:
         positive: float = typer.Option(0.5, help="Labels >= this count as yes."),
         bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the CIs."),
         card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing file at --export-sheet (never done otherwise)."),
     ) -> None:
         """Agreement of scorers with labels (accuracy, Cohen's kappa, Kendall tau, Spearman rho, CIs)."""
         from .calibrate import calibrate, export_sheet as _export
@@ -117,28 +118,37 @@ def register(app: typer.Typer) -> None:
         if export_sheet is None and labels is None:
             raise AuditError("calibrate: give --labels labels.csv or --export-sheet sheet.csv")
         if export_sheet is not None:
-            n = _export(run, export_sheet, per=per)
+            n = _export(run, export_sheet, per=per, force=force)
             typer.echo(f"wrote {n} rows to {export_sheet}")
         if labels is not None:
             rep = calibrate(run, labels, scorers=scorer, positive=positive, n_boot=bootstrap,
                             fit_threshold=fit_threshold, folds=folds, extra_cards=[str(c) for c in card or []])
+            from ..stats import shown, too_few
+
+            if rep.get("merged"):
+                typer.echo(f"{rep['n_label_rows']} labelled rows are {rep['n_labels']} labels: {rep['merged']} "
+                           "(image, question) pairs labelled more than once were merged (majority / mean rating)")
             for name, e in rep["scorers"].items():
                 typer.echo(f"{name}: {e['matched']} labels matched, {e['unmatched']} unmatched")
+                reasons = set()
                 for level, cats in e["levels"].items():
                     for cat, m in cats.items():
-                        typer.echo(f"  {level:<8} {cat:<16} n={m['n']:<4} acc={_f(m.get('accuracy'))} "
-                                   f"{_ci(m.get('accuracy_ci'))} kappa={_f(m.get('kappa'))} "
-                                   f"tau={_f(m.get('kendall_tau'))} rho={_f(m.get('spearman_rho'))}")
+                        few = m.get("too_few") or {}
+                        reasons.update(few.values())
+                        typer.echo(f"  {level:<8} {cat:<16} n={m['n']:<4} acc={shown(m.get('accuracy'), few.get('accuracy'))} "
+                                   f"{_ci(m.get('accuracy_ci'))} kappa={shown(m.get('kappa'), few.get('kappa'))} "
+                                   f"tau={shown(m.get('kendall_tau'), few.get('kendall_tau'))} "
+                                   f"rho={shown(m.get('spearman_rho'), few.get('spearman_rho'))}")
+                for why in sorted(reasons):
+                    typer.echo(f"  ({why})")
                 if "threshold" in e:
                     t = e["threshold"]
+                    few = too_few("rate", n=t["n"], n_units=t.get("n_prompts"), items="labelled records",
+                                  units="prompts")
                     typer.echo(f"  threshold {t['key']}: {t['previous']} -> {t['threshold']:.4g} "
-                               f"(cv accuracy {_f(t['cv_accuracy'])} vs {_f(t['cv_accuracy_previous'])}); "
+                               f"(cv accuracy {shown(t['cv_accuracy'], few)} vs {shown(t['cv_accuracy_previous'], few)}); "
                                f"card copy {t.get('card')}")
             typer.echo(f"report: {Path(run) / 'calibration' / 'report.json'}")
-
-
-def _f(v) -> str:
-    return "—" if v is None else f"{v:.3f}"
 
 
 def _ci(ci) -> str:

@@ -91,6 +91,7 @@ def fit_and_save(rd: RunDir, name: str, matched, idx, *, positive: float = 0.5, 
             cv_prev.append(float((pp == y[te]).mean()))
     t, acc = best_threshold(v, y, strict=strict, prefer=prev)
     out = {"key": key, "applies_to": applies_to, "previous": prev, "threshold": t, "n": len(vals),
+           "n_prompts": len(set(groups)),
            "train_accuracy": acc, "folds": n_splits if n_splits >= 2 else 0,
            "cv_accuracy": float(np.mean(cv_acc)) if cv_acc else None,
            "cv_accuracy_previous": float(np.mean(cv_prev)) if cv_prev else None,

@@ -4,6 +4,7 @@ import csv
 import math
 
 import pytest
+from scipy.stats import kendalltau
 
 from t2i_audit.errors import AuditError
 from t2i_audit.rundir import append_jsonl
@@ -13,16 +14,20 @@ from t2i_audit.scorers.registry import get_card, load_card_file
 
 from .scenes import draw, make_run, prompt
 
-VERDICTS = [True, True, True, False, False, False]
-VALUES = [0.9, 0.8, 0.7, 0.4, 0.3, 0.2]
-LABELS = [1, 1, 0, 1, 0, 0]
+# six hand-checked cases, four times over (24 prompts): enough labels for a κ under the small-sample rule
+# (stats.MIN_KAPPA_N), and accuracy, κ and ρ are unchanged by the repetition
+REPEAT = 4
+VERDICTS = [True, True, True, False, False, False] * REPEAT
+VALUES = [0.9, 0.8, 0.7, 0.4, 0.3, 0.2] * REPEAT
+LABELS = [1, 1, 0, 1, 0, 0] * REPEAT
+N = len(LABELS)
 
 
 @pytest.fixture
 def run(tmp_path):
-    ps = [prompt("red", "square", pid=f"p{i:012d}", category="color" if i < 3 else "spatial") for i in range(6)]
+    ps = [prompt("red", "square", pid=f"p{i:012d}", category="color" if i % 6 < 3 else "spatial") for i in range(N)]
     ps.append(prompt("red", "square", pid="p" + "9" * 12))  # a flagged image: not in the sheet
-    rd = make_run(tmp_path / "run", [(p, draw([("square", "red", (2, 2, 20, 20))])) for p in ps], flags={6: ["nsfw"]})
+    rd = make_run(tmp_path / "run", [(p, draw([("square", "red", (2, 2, 20, 20))])) for p in ps], flags={N: ["nsfw"]})
     s = Scorer(get_card("vqa-blip"))
     recs = []
     for p, img, v, x in zip(ps, rd.read_images(), VERDICTS, VALUES):
@@ -45,15 +50,18 @@ def test_agreement_matches_hand_computed(run, tmp_path):
     labels = write_labels(tmp_path / "l.csv", [(f"p{i:012d}", 0, "", lab) for i, lab in enumerate(LABELS)])
     rep = calibrate(run, labels, n_boot=200)
     m = rep["scorers"]["vqa-blip"]["levels"]["prompt"]["all"]
-    assert m["n"] == 6
+    assert m["n"] == N and m["n_prompts"] == N and "too_few" not in m
     assert m["accuracy"] == pytest.approx(4 / 6)
     assert m["kappa"] == pytest.approx(1 / 3)  # po 4/6, pe 1/2
-    assert m["kendall_tau"] == pytest.approx(7 / math.sqrt(15 * 9))  # tau-b: C=8, D=1, 6 ties in y
-    assert m["spearman_rho"] == pytest.approx(10.5 / math.sqrt(17.5 * 13.5))
+    # tau-b of the six cases is 7 / sqrt(15 * 9) (C=8, D=1, 6 ties in y); repeated, the ties change it: scipy's
+    assert m["kendall_tau"] == pytest.approx(kendalltau(VALUES, LABELS)[0])
+    assert m["spearman_rho"] == pytest.approx(10.5 / math.sqrt(17.5 * 13.5))  # ranks repeat linearly: unchanged
     lo, hi = m["accuracy_ci"]
     assert 0 <= lo <= m["accuracy"] <= hi <= 1
     color = rep["scorers"]["vqa-blip"]["levels"]["prompt"]["color"]
-    assert color["n"] == 3 and color["accuracy"] == pytest.approx(2 / 3) and color["kappa"] == pytest.approx(0.0)
+    # 12 labelled images: a rate (≥ 10) but not a κ (≥ 20), which is stored as None with the reason
+    assert color["n"] == 12 and color["accuracy"] == pytest.approx(2 / 3) and color["kappa"] is None
+    assert color["too_few"]["kappa"].startswith("too few: 12 labelled images, 12 prompts; a κ needs ≥ 20")
     assert (run.root / "calibration" / "report.json").exists()
 
 
@@ -74,7 +82,7 @@ def test_fit_threshold_by_cv_writes_card_copy(run, tmp_path):
     assert t["previous"] == 0.5 and t["folds"] == 5 and 0 <= t["cv_accuracy"] <= 1
     (card,) = load_card_file(t["card"])
     assert card["name"] == "vqa-blip" and card["thresholds"]["p_yes"] == pytest.approx(0.35)
-    assert card["model"]["id"] == "Salesforce/blip-vqa-base" and card["calibration"]["labels_n"] == 6
+    assert card["model"]["id"] == "Salesforce/blip-vqa-base" and card["calibration"]["labels_n"] == N
 
 
 def test_bad_labels(run, tmp_path):
@@ -93,16 +101,16 @@ def test_bad_labels(run, tmp_path):
 def test_export_sheet(run, tmp_path):
     n = export_sheet(run, tmp_path / "sheet.csv")
     rows = list(csv.DictReader(open(tmp_path / "sheet.csv")))
-    assert n == len(rows) == 6 * (1 + 2)  # flagged image left out; prompt row + 2 questions
+    assert n == len(rows) == N * (1 + 2)  # flagged image left out; prompt row + 2 questions
     assert rows[0]["kind"] == "prompt" and rows[0]["question"].startswith('Does the image show "a photo of a red')
     assert rows[1]["question"] == "Is there a square?" and rows[1]["label"] == ""
     assert (run.root / rows[0]["image"]).exists()
     # a filled sheet is a valid labels file
-    for r, lab in zip(rows, [1, 1, 0] * 6):
+    for r, lab in zip(rows, [1, 1, 0] * N):
         r["label"] = lab
     with open(tmp_path / "filled.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     rep = calibrate(run, tmp_path / "filled.csv", n_boot=0, write=False)["scorers"]["vqa-blip"]
-    assert rep["levels"]["prompt"]["all"]["n"] == 6 and rep["levels"]["question"]["all"]["n"] == 6
+    assert rep["levels"]["prompt"]["all"]["n"] == N and rep["levels"]["question"]["all"]["n"] == N
