@@ -21,6 +21,14 @@ mini_app = typer.Typer(help="The mini world: embedded generator and judges with 
                        no_args_is_help=True)
 
 
+def _log(quiet: bool):
+    """Where a long command's progress lines go: the terminal, or nowhere with -q."""
+    return (lambda *a, **k: None) if quiet else typer.echo
+
+
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress lines.")
+
+
 def _budget(steps: Optional[int], minutes: Optional[float], smoke: bool) -> None:
     if not smoke and steps is None and minutes is None:
         raise AuditError("give --steps N or --minutes M (or --smoke for a few-step check)")
@@ -34,13 +42,14 @@ def train_judge_cmd(
     seed: int = typer.Option(0),
     threads: int = typer.Option(1, help="torch threads."),
     smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
+    quiet: bool = QUIET,
 ) -> None:
     """Train the open_clip mini judge on every composition (hard negatives incl. relations)."""
     from .train_judge import JudgeConfig, smoke_config, train_judge
 
     _budget(steps, minutes, smoke)
     cfg = smoke_config(seed) if smoke else JudgeConfig(seed=seed, steps=steps, minutes=minutes, threads=threads)
-    card = train_judge(out, cfg, log=typer.echo)
+    card = train_judge(out, cfg, log=_log(quiet))
     typer.echo(f"judge: {card['steps']} steps, {card['cpu_seconds']} CPU s -> {out}")
 
 
@@ -53,6 +62,7 @@ def train_generator_cmd(
     batch: int = typer.Option(32),
     threads: int = typer.Option(1, help="torch threads."),
     smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
+    quiet: bool = QUIET,
 ) -> None:
     """Train the mini text-to-image model on renders, held-out colour-shape pairs excluded."""
     from .train_generator import GeneratorConfig, smoke_config, train_generator
@@ -60,7 +70,7 @@ def train_generator_cmd(
     _budget(steps, minutes, smoke)
     cfg = smoke_config(seed) if smoke else GeneratorConfig(seed=seed, steps=steps, minutes=minutes,
                                                            batch=batch, threads=threads)
-    card = train_generator(out, cfg, log=typer.echo)
+    card = train_generator(out, cfg, log=_log(quiet))
     typer.echo(f"generator: {card['steps']} steps, {card['cpu_seconds']} CPU s -> {out}")
 
 
@@ -74,7 +84,10 @@ def eval_judges_cmd(
                                                "renders of the mini suite and record agreement with the truth."),
 ) -> None:
     """Accuracy per category (shape, colour, colour/shape binding, relation) on fresh renders."""
+    from ..cli_checks import require_input
     from .evaluate import _update_card, eval_judges, eval_scorer_on_renders
+
+    require_input(judge, "--judge", "folder")
 
     res = eval_judges(judge if write else None, WEIGHTS / "pixel" / "card.json" if write else None, n, seed)
     if agreement:
@@ -102,9 +115,18 @@ def eval_generator_cmd(
     every: int = typer.Option(1, help="Every k-th prompt of the suite only."),
     write: bool = typer.Option(True, help="Write the result into the generator's card.json."),
     grid: Optional[Path] = typer.Option(None, help="Also save a PNG grid of samples."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing file at --grid (never done otherwise)."),
 ) -> None:
     """Seen vs held-out success of the generator, judged by the pixel judge."""
+    from ..cli_checks import require_input
+    from ..rundir import claim_output_file
     from .evaluate import eval_generator
+
+    require_input(model, "--model", "folder")
+    require_input(model / "model_index.json", "--model")  # a diffusers pipeline folder
+    require_input(suite, "--suite")
+    if grid is not None:
+        claim_output_file(grid, force=force)  # before the evaluation's work
 
     res = eval_generator(model, suite, samples, steps, guidance, limit=limit, write_card=write, grid=grid,
                          every=every)
@@ -123,35 +145,51 @@ def sweep_cmd(
     out: Path = typer.Option(Path("reports/sweep"), help="Output folder (models/, sweep.json, index.html)."),
     coverages: Optional[str] = typer.Option(None, help="Fractions of the 18 trainable colour-shape pairs "
                                                        "(default 0.333,0.5,0.75,1)."),
-    seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds (default 0,1)."),
+    widths: Optional[str] = typer.Option(None, help="UNet widths w (blocks w, 2w, 2w): the scale axis (default 16,32)."),
+    seeds: Optional[str] = typer.Option(None, help="Comma-separated seeds (default 0,1,2)."),
     steps: Optional[int] = typer.Option(None, help="Optimisation steps per model (same for all)."),
     samples: Optional[int] = typer.Option(None, help="Images per prompt at evaluation."),
+    fit_threshold: Optional[float] = typer.Option(None, help="Seen-pair success a model needs before a claim is "
+                                                             "read from it (default 0.8, pre-registered)."),
+    workers: int = typer.Option(1, min=1, help="Worker processes, one thread each (one per CPU core); sweeps "
+                                               "started separately on the same --out also share the models."),
     device: str = typer.Option("cpu", help="cpu or cuda: training, generation and hooks (data and noise are "
                                            "drawn on the CPU, so a GPU run trains on the same draws)."),
-    smoke: bool = typer.Option(False, help="A tiny model, a few steps, 2 coverages × 1 seed (CI)."),
+    smoke: bool = typer.Option(False, help="A tiny model, a few steps, 2 coverages × 1 width × 1 seed (CI)."),
     eval_only: bool = typer.Option(False, help="Evaluate/aggregate the models already trained; train none."),
     train_only: bool = typer.Option(False, help="Train the missing models; evaluate none."),
+    quiet: bool = QUIET,
 ) -> None:
-    """Coverage sweep: train mini generators at several coverages of the colour × shape space, measure
-    held-out success and the denoiser's decodability, and relate them (sweep.json + index.html)."""
+    """Coverage × scale sweep: train mini generators at several coverages of the colour × shape space and
+    several widths, check each fits its own training pairs, measure held-out success and the denoiser's
+    decodability, and relate them (sweep.json + index.html). Resumable per model."""
     from .sweep import SweepConfig, run_sweep, smoke_sweep_config
 
-    kw: dict = {"device": device}
+    kw: dict = {"device": device, "workers": workers}
     if coverages:
         kw["coverages"] = _floats(coverages, "coverages")
         if any(not 0 < c <= 1 for c in kw["coverages"]):
             raise AuditError(f"--coverages {coverages!r}: each must be in (0, 1]")
+    if widths:
+        kw["widths"] = tuple(int(x) for x in _floats(widths, "widths"))
+        if any(w < 1 or (w > 32 and w % 32) for w in kw["widths"]):
+            raise AuditError(f"--widths {widths!r}: each must be 1–32 or a multiple of 32 (the UNet's GroupNorm "
+                             "splits w and 2w channels into min(32, w) groups)")
     if seeds:
         kw["seeds"] = tuple(int(x) for x in _floats(seeds, "seeds"))
     if steps is not None:
         kw["steps"] = steps
     if samples is not None:
         kw["samples"] = samples
+    if fit_threshold is not None:
+        kw["fit_threshold"] = fit_threshold
     cfg = smoke_sweep_config(**kw) if smoke else SweepConfig(**kw)
-    res = run_sweep(out, cfg, eval_only=eval_only, train_only=train_only, log=typer.echo)
-    if res:
-        c1 = res["aggregate"].get("claim1_heldout_success_vs_coverage", {}).get("spearman_over_models", {})
-        typer.echo(f"held-out success vs coverage: {json.dumps(c1.get('spearman'))}")
+    res = run_sweep(out, cfg, eval_only=eval_only, train_only=train_only, log=_log(quiet))
+    agg = res.get("aggregate", {}) if res else {}
+    for axis in ("coverage", "scale"):
+        c = agg.get(f"heldout_success_vs_{axis}", {}).get("spearman_over_models", {})
+        typer.echo(f"held-out success vs {axis} ({agg.get('n_models', 0)} models that fit): "
+                   f"{json.dumps(c.get('spearman'))}")
 
 
 @mini_app.command("render")

@@ -1,6 +1,7 @@
-"""Statistics of the coverage sweep across models (see t2i_audit.mini.sweep for the design):
-claim 1 (held-out success vs coverage), decodability vs coverage, claim 2 (per-composition
-decodability ↔ success pooled over models); Holm over the exploratory layers. No torch."""
+"""Statistics of the sweep across the models that fit (see t2i_audit.mini.sweep for the design):
+held-out success against coverage and against scale, decodability against both, and
+per-composition decodability ↔ success pooled over models beside the control task; Holm over the
+exploratory layers. No torch."""
 
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ def _boot_defined(x, y, kind: str, n_boot: int, seed: int) -> tuple[list, int]:
     return [_r(lo), _r(hi)], int(keep.sum())
 
 
-def _cluster_boot_spearman(models: list[dict], value: Callable, cfg, seed: int = 0) -> list:
-    """95 % CI of Spearman(coverage, value(model, compositions)) resampling the held-out
+def _cluster_boot_spearman(models: list[dict], value: Callable, cfg, x: Callable, seed: int = 0) -> list:
+    """95 % CI of Spearman(x(model), value(model, compositions)) resampling the held-out
     compositions (the unit that generalises) with replacement."""
     from ..stats import _spearman_axis
 
@@ -78,13 +79,13 @@ def _cluster_boot_spearman(models: list[dict], value: Callable, cfg, seed: int =
     if len(models) < 3 or len(comps) < 2:
         return [None, None]
     rng = np.random.default_rng(seed)
-    cov = np.array([m["coverage"] for m in models], float)
+    xs = np.array([x(m) for m in models], float)
     rs = []
     for _ in range(cfg.n_boot):
         pick = list(rng.choice(comps, len(comps)))
         ys = np.array([value(m, pick) for m in models], float)
-        if np.ptp(ys) > 0 and np.ptp(cov) > 0:
-            rs.append(float(_spearman_axis(cov, ys)))
+        if np.ptp(ys) > 0 and np.ptp(xs) > 0:
+            rs.append(float(_spearman_axis(xs, ys)))
     if len(rs) < 10:
         return [None, None]
     lo, hi = np.quantile(rs, [0.025, 0.975])
@@ -105,53 +106,84 @@ def _heldout_decod(layer: str) -> Callable:
     return f
 
 
-def aggregate(models: list[dict], cfg, headline: str) -> dict:
-    """Claim 1 (held-out success vs coverage), decodability vs coverage, claim 2 (per-composition
-    decodability ↔ success pooled over models); headline layer pre-registered, the rest Holm."""
+def _heldout_comps(m: dict) -> list[str]:
+    return [c["composition"] for c in m["eval"]["per_composition"] if c["split"] == "heldout"]
+
+
+AXES = {"coverage": ("coverage (fraction of the 18 trainable pairs)", lambda m: m["coverage"]),
+        "scale": ("UNet width w (blocks w, 2w, 2w)", lambda m: m["width"])}
+
+
+def fit_models(models: list[dict]) -> list[dict]:
+    """The evaluated models a claim may be read from: those that fit their own training pairs."""
+    return [m for m in models if m.get("eval") and m.get("fit", {}).get("fits")]
+
+
+def _pooled(ms: list[dict], split: str) -> dict:
     from ..analysis import wilson
 
-    done = [m for m in models if m.get("eval")]
+    k = sum(m["eval"]["success"][split]["k"] for m in ms)
+    n = sum(m["eval"]["success"][split]["n"] for m in ms)
+    rate, lo, hi = wilson(k, n)
+    return {"k": k, "n": n, "rate": _r(rate), "ci": [_r(lo), _r(hi)]}
+
+
+def _cells(ms: list[dict], keys: Sequence[str], layers: Sequence[str]) -> list[dict]:
+    """Success (Wilson, seeds pooled) and mean held-out decodability per value of `keys`."""
+    out = []
+    for val in sorted({tuple(m[k] for k in keys) for m in ms}):
+        group = [m for m in ms if tuple(m[k] for k in keys) == val]
+        row = {**dict(zip(keys, val)), "n_models": len(group), "seeds": [m["seed"] for m in group],
+               "n_seen_pairs": sorted({m["n_seen_pairs"] for m in group})}
+        for s in ("heldout", "seen", "uncovered"):
+            row[s] = _pooled(group, s)
+        row["heldout_decodability"] = {L: _r(np.mean([_heldout_decod(L)(m, _heldout_comps(m)) for m in group]))
+                                       for L in layers}
+        out.append(row)
+    return out
+
+
+def aggregate(models: list[dict], cfg, headline: str) -> dict:
+    """Over the models that FIT (seen success ≥ the bar): held-out success against coverage and
+    against scale, decodability against both, and per-composition decodability ↔ success pooled
+    over models beside the control task; headline layer pre-registered, the rest Holm."""
+    evaluated = [m for m in models if m.get("eval")]
+    done = fit_models(models)
+    excluded = [{"name": m["name"], "seen_success": m["fit"]["seen_success"]} for m in evaluated if m not in done]
+    head = {"n_models_evaluated": len(evaluated), "n_models": len(done), "excluded_unfit": excluded,
+            "fit_threshold": cfg.fit_threshold}
     if not done:
-        return {"n_models": 0}
+        return head
     layers = done[0]["eval"]["layers"]
     if headline not in layers:
         raise ValueError(f"pre-registered layer {headline} not hooked (have {layers})")
-    cov = [m["coverage"] for m in done]
-    held = [m["eval"]["success"]["heldout"]["rate"] for m in done]
-    seen = [m["eval"]["success"]["seen"]["rate"] for m in done]
-    claim1 = {"x": "coverage (fraction of the 18 trainable pairs)", "y": "held-out success (pixel judge)",
-              "spearman_over_models": _corr(cov, held, cfg),
-              "spearman_ci_resampling_heldout_compositions": _cluster_boot_spearman(done, _heldout_rate, cfg),
-              "seen_success_vs_coverage": _corr(cov, seen, cfg)}
-    per_cov = []
-    for c in sorted(set(cov)):
-        ms = [m for m in done if m["coverage"] == c]
-        row = {"coverage": _r(c), "n_models": len(ms), "n_seen_pairs": ms[0]["n_seen_pairs"],
-               "seeds": [m["seed"] for m in ms]}
-        for s in ("heldout", "seen", "uncovered"):
-            k = sum(m["eval"]["success"][s]["k"] for m in ms)
-            n = sum(m["eval"]["success"][s]["n"] for m in ms)
-            rate, lo, hi = wilson(k, n)
-            row[s] = {"k": k, "n": n, "rate": _r(rate), "ci": [_r(lo), _r(hi)]}
-        row["heldout_decodability"] = {
-            L: _r(np.mean([_heldout_decod(L)(m, [c["composition"] for c in m["eval"]["per_composition"]
-                                               if c["split"] == "heldout"]) for m in ms])) for L in layers}
-        per_cov.append(row)
-    claim1["per_coverage"] = per_cov
 
-    def decod_vs_cov(layer: str) -> dict:
-        ys = [_heldout_decod(layer)(m, [c["composition"] for c in m["eval"]["per_composition"]
-                                        if c["split"] == "heldout"]) for m in done]
-        out = _corr(cov, ys, cfg)
-        out["ci_resampling_heldout_compositions"] = _cluster_boot_spearman(done, _heldout_decod(layer), cfg)
-        return out
+    def success_vs(axis: str) -> dict:
+        label, x = AXES[axis]
+        xs = [x(m) for m in done]
+        return {"x": label, "y": "held-out success (pixel judge)",
+                "spearman_over_models": _corr(xs, [m["eval"]["success"]["heldout"]["rate"] for m in done], cfg),
+                "spearman_ci_resampling_heldout_compositions": _cluster_boot_spearman(done, _heldout_rate, cfg, x),
+                "seen_success": _corr(xs, [m["eval"]["success"]["seen"]["rate"] for m in done], cfg)}
 
-    def decod_vs_success(layer: str, split: str | None) -> dict:
-        pts = [(m["name"], c["composition"], c["decodability"][layer], c["success"])
-               for m in done for c in m["eval"]["per_composition"] if split is None or c["split"] == split]
-        out = _corr([p[2] for p in pts], [p[3] for p in pts], cfg)
-        out["points"] = [{"model": a, "composition": b, "x": x, "y": y} for a, b, x, y in pts]
-        return out
+    def decod_vs(axis: str) -> Callable:
+        _label, x = AXES[axis]
+
+        def fn(layer: str) -> dict:
+            ys = [_heldout_decod(layer)(m, _heldout_comps(m)) for m in done]
+            out = _corr([x(m) for m in done], ys, cfg)
+            out["ci_resampling_heldout_compositions"] = _cluster_boot_spearman(done, _heldout_decod(layer), cfg, x)
+            return out
+        return fn
+
+    def decod_vs_success(split: str | None, field: str = "decodability") -> Callable:
+        def fn(layer: str) -> dict:
+            pts = [(m["name"], c["composition"], c[field][layer], c["success"])
+                   for m in done for c in m["eval"]["per_composition"] if split is None or c["split"] == split]
+            out = _corr([p[2] for p in pts], [p[3] for p in pts], cfg)
+            out["points"] = [{"model": a, "composition": b, "x": x, "y": y} for a, b, x, y in pts]
+            return out
+        return fn
 
     def with_holm(fn) -> dict:
         res = {L: fn(L) for L in layers}
@@ -160,26 +192,30 @@ def aggregate(models: list[dict], cfg, headline: str) -> dict:
                     for L in explore])
         for L, a in zip(explore, adj):
             res[L]["spearman"]["p_holm"] = _r(a)
-        return {"headline_layer": headline, "headline": res[headline],
-                "exploration": {L: res[L] for L in explore},
+            res[L].pop("points", None)  # the scatter is drawn for the headline layer only
+        return {"headline_layer": headline, "headline": res[headline], "exploration": {L: res[L] for L in explore},
                 "correction": f"Holm over the {len(explore)} exploratory layers (the pre-registered layer is not "
                               "corrected)"}
 
-    claim2_held = with_holm(lambda L: decod_vs_success(L, "heldout"))
-    claim2_all = with_holm(lambda L: decod_vs_success(L, None))
-    for block in (*claim2_all["exploration"].values(), *claim2_held["exploration"].values()):
-        block.pop("points", None)  # the scatter is drawn for the headline layer only
+    control = decod_vs_success("heldout", "control_decodability")(headline)
+    control.pop("points")
     return {
-        "n_models": len(done), "layers": layers, "headline_layer": headline,
-        "claim1_heldout_success_vs_coverage": claim1,
-        "decodability_vs_coverage": with_holm(decod_vs_cov),
-        "claim2_decodability_vs_success_heldout": claim2_held,
-        "claim2_decodability_vs_success_all_compositions": claim2_all,
+        **head, "layers": layers, "headline_layer": headline,
+        "heldout_success_vs_coverage": success_vs("coverage"),
+        "heldout_success_vs_scale": success_vs("scale"),
+        "per_coverage": _cells(done, ["coverage"], layers),
+        "per_width": _cells(done, ["width"], layers),
+        "per_cell": _cells(done, ["width", "coverage"], layers),
+        "decodability_vs_coverage": with_holm(decod_vs("coverage")),
+        "decodability_vs_scale": with_holm(decod_vs("scale")),
+        "decodability_vs_success_heldout": with_holm(decod_vs_success("heldout")),
+        "control_decodability_vs_success_heldout": control,
+        "decodability_vs_success_all_compositions": with_holm(decod_vs_success(None)),
         "units": {"decodability": "mean out-of-fold probe probability of the true colour and of the true shape, "
                                   "averaged (grouped CV by composition over all 24 compositions)",
+                  "control_decodability": "the same for the control task (one random colour and one random shape "
+                                          "label per composition): what a probe reads off without the constituents",
                   "success": "pixel judge: the image shows the prompt's shape in the prompt's colour",
-                  "claim2_points": "one point per (model, composition), pooled over models; bootstrap over "
-                                   "points, permutation p over pairings"},
+                  "points": "one point per (fit model, composition), pooled over models; bootstrap over points, "
+                            "permutation p over pairings"},
     }
-
-

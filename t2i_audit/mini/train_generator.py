@@ -52,6 +52,10 @@ class GeneratorConfig:
     checkpoint_minutes: float = 10.0
     heldout: tuple[tuple[str, str], ...] = HELDOUT_PAIRS
     kind_weights: tuple[float, float, float] = (0.2, 0.3, 0.5)
+    prediction_type: str = "v_prediction"  # or "epsilon" / "sample" (x0); the saved sampler predicts the same
+    lr_schedule: str = "constant"     # or "cosine": after warmup, decay to 0 at `steps` (needs steps)
+    text_max_length: int = 77         # tokens the prompt is padded to (the saved tokenizer's model_max_length)
+    fused_adam: bool = False          # torch's fused AdamW kernel (fewer tiny ops on CPU; rounds differently)
     extra: dict = field(default_factory=dict)
 
 
@@ -76,6 +80,31 @@ class _EMA:
                 tmp = p.detach().clone()
                 p.copy_(s)
                 s.copy_(tmp)
+
+
+PREDICTION_TYPES = ("v_prediction", "epsilon", "sample")
+LR_SCHEDULES = ("constant", "cosine")
+
+
+def learning_rate(cfg: GeneratorConfig, step: int) -> float:
+    """Linear warmup, then constant or cosine decay to 0 at cfg.steps."""
+    import math
+
+    lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup)
+    if cfg.lr_schedule == "cosine" and step >= cfg.warmup:
+        frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+        lr = cfg.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+    return lr
+
+
+def diffusion_target(prediction_type: str, x0, noise, a):
+    """What the UNet is trained to output at x_t = sqrt(a) x0 + sqrt(1-a) noise (as diffusers'
+    DDPMScheduler.get_velocity and DDIMScheduler.step read each prediction_type)."""
+    if prediction_type == "v_prediction":
+        return a.sqrt() * noise - (1 - a).sqrt() * x0
+    if prediction_type == "epsilon":
+        return noise
+    return x0
 
 
 def _images_tensor(scenes, size):
@@ -119,12 +148,16 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
     cfg = config or GeneratorConfig()
     if cfg.steps is None and cfg.minutes is None:
         raise ValueError("give steps or minutes")
+    if cfg.prediction_type not in PREDICTION_TYPES:
+        raise ValueError(f"prediction_type {cfg.prediction_type!r}: one of {', '.join(PREDICTION_TYPES)}")
+    if cfg.lr_schedule not in LR_SCHEDULES or (cfg.lr_schedule == "cosine" and cfg.steps is None):
+        raise ValueError(f"lr_schedule {cfg.lr_schedule!r}: one of {', '.join(LR_SCHEDULES)} (cosine needs steps)")
     out = claim_output_dir(out, "mini-generator")  # before training: refuse a folder that is not ours at once
     samples = claim_output_dir(out.parent / f"{out.name}_samples", "mini-samples")
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(cfg.text_max_length)
     text_encoder = build_text_encoder(len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id,
                                       width=cfg.text_width, layers=cfg.text_layers)
     unet = build_unet(cfg.size, cfg.block_out_channels, cross_attention_dim=cfg.text_width,
@@ -135,7 +168,7 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
     sched = train_scheduler()
     alphas = sched.alphas_cumprod.float()
     params = list(unet.parameters()) + list(text_encoder.parameters())
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.01, **({"fused": True} if cfg.fused_adam else {}))
     ema = _EMA([unet, text_encoder], cfg.ema_decay)
     gen = torch.Generator().manual_seed(cfg.seed)
     t_start, cpu_start = time.time(), time.process_time()
@@ -148,13 +181,16 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
         unet.eval()
         text_encoder.eval()
         pipe = make_pipeline(unet, text_encoder, tokenizer)
+        if cfg.prediction_type != pipe.scheduler.config.prediction_type:
+            pipe.scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config, prediction_type=cfg.prediction_type)
         pipe.set_progress_bar_config(disable=True)
         info = {
             "kind": "mini-generator", "pipeline": "StableDiffusionPipeline", "seed": cfg.seed, "steps": step,
             "final": final, "wall_seconds": round(time.time() - t_start, 1),
             "cpu_seconds": round(time.process_time() - cpu_start, 1), "threads": cfg.threads,
             "heldout_pairs": [list(p) for p in cfg.heldout], "config": _jsonable(asdict(cfg)),
-            "scheduler": {**SCHEDULER_KW, "sampler": "DDIMScheduler", "timestep_spacing": "trailing"},
+            "scheduler": {**SCHEDULER_KW, "prediction_type": cfg.prediction_type, "sampler": "DDIMScheduler",
+                          "timestep_spacing": "trailing"},
             "defaults": {"num_inference_steps": DEFAULT_STEPS, "guidance_scale": DEFAULT_GUIDANCE,
                          "height": cfg.size, "width": cfg.size},
             "final_loss_ema100": round(sum(losses[-100:]) / max(1, len(losses[-100:])), 5),
@@ -186,9 +222,9 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
         a = alphas[t].view(-1, 1, 1, 1).to(dev)
         x0, noise, t = x0.to(dev), noise.to(dev), t.to(dev)
         xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
-        target = a.sqrt() * noise - (1 - a).sqrt() * x0  # v
+        target = diffusion_target(cfg.prediction_type, x0, noise, a)
         for g in opt.param_groups:
-            g["lr"] = cfg.lr * min(1.0, (step + 1) / cfg.warmup)
+            g["lr"] = learning_rate(cfg, step)
         cond = text_encoder(ids)[0]
         pred = unet(xt, t, cond).sample
         loss = torch.nn.functional.mse_loss(pred, target)

@@ -1,5 +1,5 @@
-"""The coverage sweep (t2i-audit mini sweep): design invariants, statistics pinned to scipy,
-and a --smoke run end to end (2 coverages × 1 seed, a few steps)."""
+"""The sweep (t2i-audit mini sweep): design invariants, the fit bar, statistics pinned to scipy,
+resumable workers, and a --smoke run end to end (2 coverages × 1 width × 1 seed, a few steps)."""
 
 import json
 import math
@@ -28,15 +28,88 @@ def test_coverage_subsets_nested_cover_constituents_and_never_touch_heldout():
 
 
 def test_generator_config_excludes_heldout_and_uncovered_pairs_with_equal_compute():
-    a, b = sweep.generator_config(sweep.SweepConfig(), 0.5, 0), sweep.generator_config(sweep.SweepConfig(), 1.0, 0)
+    cfg = sweep.SweepConfig()
+    a, b = sweep.generator_config(cfg, 16, 0.5, 0), sweep.generator_config(cfg, 32, 1.0, 0)
     assert set(world.HELDOUT_PAIRS) <= set(a.heldout) and set(b.heldout) == set(world.HELDOUT_PAIRS)
     assert len(a.heldout) == 24 - 9 and a.steps == b.steps and a.batch == b.batch and a.seed == b.seed
-    assert a.kind_weights == (1.0, 0.0, 0.0)
+    assert a.kind_weights == (1.0, 0.0, 0.0) and a.size == b.size == cfg.size
+    assert a.block_out_channels == (16, 32, 32) and b.block_out_channels == (32, 64, 64)
+    assert a.text_width == b.text_width and a.prediction_type == b.prediction_type == cfg.prediction_type
 
 
-def test_training_order_puts_extreme_coverages_first():
-    order = sweep.training_order(sweep.SweepConfig(coverages=(0.5, 1 / 3, 1.0, 0.75), seeds=(0, 1)))
-    assert order[:4] == [(1 / 3, 0), (1.0, 0), (0.5, 0), (0.75, 0)] and order[4:6] == [(1 / 3, 1), (1.0, 1)]
+def test_model_jobs_put_extreme_coverages_first_with_every_width():
+    cfg = sweep.SweepConfig(coverages=(0.5, 1 / 3, 1.0, 0.75), seeds=(0, 1), widths=(16, 32))
+    jobs = sweep.model_jobs(cfg)
+    assert jobs[:4] == [(16, 1 / 3, 0), (32, 1 / 3, 0), (16, 1.0, 0), (32, 1.0, 0)]
+    assert [j[1] for j in jobs[4:8]] == [0.5, 0.5, 0.75, 0.75] and jobs[8] == (16, 1 / 3, 1)
+    assert len(jobs) == len(set(jobs)) == 16
+    assert len({sweep.model_name(*j) for j in jobs}) == 16
+
+
+def test_default_sweep_is_the_issue_grid():
+    cfg = sweep.SweepConfig()
+    assert len(cfg.coverages) >= 4 and len(cfg.widths) >= 2 and len(cfg.seeds) >= 3
+    assert sweep.FIT_THRESHOLD == cfg.fit_threshold == 0.80
+    assert (sweep.HEADLINE_BLOCK, sweep.HEADLINE_STEP) == ("mid", "middle")
+
+
+def test_pixel_judge_exact_on_renders_at_sweep_size():
+    """The sweep's resolution keeps the pixel judge exact on renders: every pair's true caption
+    passes, a caption with another colour or another shape fails."""
+    import random
+
+    from t2i_audit.mini.pixel_judge import prompt_passes
+
+    size, rng = sweep.SweepConfig().size, random.Random(5)
+    for _ in range(8):
+        for c, s in sweep.ALL_PAIRS:
+            im = world.render(world.scene_for([c], [s], rng=rng), size)
+            assert im.size == (size, size)
+            assert prompt_passes(im, world.scene_record(world.scene_for([c], [s])))
+            for c2, s2 in ((next(x for x in world.COLORS if x != c), s), (c, next(x for x in world.SHAPES if x != s))):
+                assert not prompt_passes(im, world.scene_record(world.scene_for([c2], [s2])))
+
+
+@pytest.mark.parametrize("prediction_type", ["v_prediction", "epsilon", "sample"])
+def test_training_target_is_what_diffusers_ddim_reads_back_as_x0(prediction_type):
+    """x_t is DDPMScheduler.add_noise's, the v target its get_velocity, and for every prediction
+    type DDIMScheduler.step (the sweep's sampler) recovers x0 from the target (diffusers'
+    scheduling_ddim.py: pred_original_sample per prediction_type)."""
+    import torch
+    from diffusers import DDIMScheduler
+
+    from t2i_audit.mini.components import sample_scheduler, train_scheduler
+    from t2i_audit.mini.train_generator import diffusion_target
+
+    sched = train_scheduler()
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.rand(1, 3, 8, 8, generator=g) * 2 - 1
+    noise = torch.randn(1, 3, 8, 8, generator=g)
+    ddim = DDIMScheduler.from_config(sample_scheduler().config, prediction_type=prediction_type)
+    ddim.set_timesteps(10)
+    for t in ddim.timesteps:
+        a = sched.alphas_cumprod[t].float().view(-1, 1, 1, 1)
+        if prediction_type == "epsilon" and a.item() == 0:
+            continue  # zero terminal SNR: x_t is pure noise, epsilon cannot give x0 (why v / sample)
+        xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
+        assert torch.allclose(xt, sched.add_noise(x0, noise, t.view(1)), atol=1e-6)
+        target = diffusion_target(prediction_type, x0, noise, a)
+        if prediction_type == "v_prediction":
+            assert torch.allclose(target, sched.get_velocity(x0, noise, t.view(1)), atol=1e-6)
+        back = ddim.step(target, t, xt).pred_original_sample
+        assert torch.allclose(back, x0, atol=2e-4), (prediction_type, int(t))
+
+
+def test_learning_rate_schedules():
+    from t2i_audit.mini.train_generator import GeneratorConfig, learning_rate
+
+    const = GeneratorConfig(lr=1e-3, warmup=10, steps=100)
+    assert [learning_rate(const, s) for s in (0, 4, 9, 50, 99)] == [1e-3 * min(1.0, (s + 1) / 10)
+                                                                    for s in (0, 4, 9, 50, 99)]
+    cos = GeneratorConfig(lr=1e-3, warmup=10, steps=100, lr_schedule="cosine")
+    lrs = [learning_rate(cos, s) for s in range(100)]
+    assert lrs[:10] == [learning_rate(const, s) for s in range(10)] and lrs[10] == pytest.approx(1e-3)
+    assert lrs[55] == pytest.approx(0.5e-3) and all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[99] < 1e-6
 
 
 def test_holm_matches_hand_computation():
@@ -46,60 +119,113 @@ def test_holm_matches_hand_computation():
     assert math.isnan(out[1]) and np.allclose([out[0], out[2]], [1.0, 1.0])
 
 
-def _fake_model(name, cov, seed, rng, layers):
+def _fake_model(name, cov, seed, rng, layers, width=16, seen_rate=None):
     comps = []
     for c, s in sweep.ALL_PAIRS:
         key = f"{c} {s}"
         split = "heldout" if (c, s) in world.HELDOUT_PAIRS else "seen"
-        k = int(rng.integers(0, 11))
+        k = int(rng.integers(0, 11)) if split == "heldout" or seen_rate is None else round(10 * seen_rate)
         comps.append({"composition": key, "split": split, "k": k, "n": 10, "success": k / 10,
-                      "decodability": {L: float(rng.random()) for L in layers}})
+                      "decodability": {L: float(rng.random()) for L in layers},
+                      "control_decodability": {L: float(rng.random()) for L in layers}})
     succ = {}
     for s in ("heldout", "seen", "uncovered"):
         k = sum(c["k"] for c in comps if c["split"] == s)
         n = sum(c["n"] for c in comps if c["split"] == s)
         succ[s] = {"k": k, "n": n, "rate": k / n if n else None, "ci": [None, None]}
-    return {"name": name, "coverage": cov, "seed": seed, "n_seen_pairs": 6, "status": "evaluated",
-            "eval": {"layers": layers, "success": succ, "per_composition": comps}}
+    return {"name": name, "coverage": cov, "seed": seed, "width": width, "n_seen_pairs": 6, "status": "evaluated",
+            "eval": {"layers": layers, "success": succ, "per_composition": comps},
+            "fit": sweep.fit_verdict(succ["seen"], sweep.FIT_THRESHOLD)}
+
+
+LAYERS = ["down0@middle", "mid@first", "mid@middle", "up0@last"]
+GRID = [(w, c, s) for w in (16, 32) for c in (1 / 3, 0.5, 0.75, 1.0) for s in (0, 1)]
 
 
 def test_aggregate_numbers_equal_scipy_on_the_same_points():
     from scipy.stats import spearmanr
 
-    layers = ["down0@middle", "mid@first", "mid@middle", "up0@last"]
     rng = np.random.default_rng(3)
-    models = [_fake_model(f"m{i}", cov, seed, rng, layers)
-              for i, (cov, seed) in enumerate([(c, s) for c in (1 / 3, 0.5, 0.75, 1.0) for s in (0, 1)])]
+    models = [_fake_model(f"m{i}", cov, seed, rng, LAYERS, width=w, seen_rate=0.9)
+              for i, (w, cov, seed) in enumerate(GRID)]
     agg = sweep_stats.aggregate(models, sweep.SweepConfig(n_boot=200, n_perm=200), "mid@middle")
-    assert agg["headline_layer"] == "mid@middle" and agg["n_models"] == 8
-    c1 = agg["claim1_heldout_success_vs_coverage"]["spearman_over_models"]["spearman"]
+    assert agg["headline_layer"] == "mid@middle" and agg["n_models"] == 16 and agg["excluded_unfit"] == []
     held = [m["eval"]["success"]["heldout"]["rate"] for m in models]
-    assert c1["r"] == pytest.approx(spearmanr([m["coverage"] for m in models], held)[0], abs=1e-4)
-    assert c1["ci"][0] <= c1["r"] <= c1["ci"][1] and 0 < c1["p_perm"] <= 1
-    c2 = agg["claim2_decodability_vs_success_heldout"]
+    for axis, key in (("coverage", "coverage"), ("scale", "width")):
+        c1 = agg[f"heldout_success_vs_{axis}"]["spearman_over_models"]["spearman"]
+        assert c1["r"] == pytest.approx(spearmanr([m[key] for m in models], held)[0], abs=1e-4)
+        assert c1["ci"][0] <= c1["r"] <= c1["ci"][1] and 0 < c1["p_perm"] <= 1
+    c2 = agg["decodability_vs_success_heldout"]
     pts = c2["headline"]["points"]
-    assert len(pts) == 8 * 6 and {p["composition"] for p in pts} == {f"{c} {s}" for c, s in world.HELDOUT_PAIRS}
+    assert len(pts) == 16 * 6 and {p["composition"] for p in pts} == {f"{c} {s}" for c, s in world.HELDOUT_PAIRS}
     assert c2["headline"]["spearman"]["r"] == pytest.approx(
         spearmanr([p["x"] for p in pts], [p["y"] for p in pts])[0], abs=1e-4)
-    assert set(c2["exploration"]) == set(layers) - {"mid@middle"}
+    ctl = agg["control_decodability_vs_success_heldout"]
+    xs = [c["control_decodability"]["mid@middle"] for m in models for c in m["eval"]["per_composition"]
+          if c["split"] == "heldout"]
+    assert ctl["spearman"]["r"] == pytest.approx(spearmanr(xs, [p["y"] for p in pts])[0], abs=1e-4)
+    assert set(c2["exploration"]) == set(LAYERS) - {"mid@middle"}
     raw = [c2["exploration"][L]["spearman"]["p_perm"] for L in sorted(c2["exploration"])]
     assert [c2["exploration"][L]["spearman"]["p_holm"] for L in sorted(c2["exploration"])] == pytest.approx(
         sweep_stats.holm(raw), abs=1e-4)
-    per = agg["claim1_heldout_success_vs_coverage"]["per_coverage"]
-    assert [p["coverage"] for p in per] == [round(1 / 3, 4), 0.5, 0.75, 1.0] and all(p["n_models"] == 2 for p in per)
-    k = sum(m["eval"]["success"]["heldout"]["k"] for m in models[:2])
+    per = agg["per_coverage"]
+    assert [p["coverage"] for p in per] == [1 / 3, 0.5, 0.75, 1.0] and all(p["n_models"] == 4 for p in per)
+    assert [(p["width"], p["n_models"]) for p in agg["per_width"]] == [(16, 8), (32, 8)]
+    assert len(agg["per_cell"]) == 8 and all(p["n_models"] == 2 for p in agg["per_cell"])
+    k = sum(m["eval"]["success"]["heldout"]["k"] for m in models if m["coverage"] == 1 / 3)
     h0 = per[0]["heldout"]
     assert h0["k"] == k and h0["ci"][0] <= h0["rate"] <= h0["ci"][1]
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
+def test_a_model_below_the_fit_bar_is_flagged_and_excluded_from_every_claim():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(4)
+    models = [_fake_model(f"m{i}", cov, seed, rng, LAYERS, width=w, seen_rate=0.9)
+              for i, (w, cov, seed) in enumerate(GRID)]
+    models[3] = _fake_model("unfit", 0.5, 1, rng, LAYERS, width=16, seen_rate=0.7)
+    assert models[3]["fit"] == {"fits": False, "threshold": 0.8, "seen_success": 0.7}
+    assert models[2]["fit"]["fits"] and sweep.fit_verdict({"rate": 0.8}, 0.8)["fits"]
+    agg = sweep_stats.aggregate(models, sweep.SweepConfig(n_boot=200, n_perm=200), "mid@middle")
+    assert agg["n_models_evaluated"] == 16 and agg["n_models"] == 15
+    assert agg["excluded_unfit"] == [{"name": "unfit", "seen_success": 0.7}]
+    fit = [m for m in models if m["name"] != "unfit"]
+    c1 = agg["heldout_success_vs_coverage"]["spearman_over_models"]
+    assert c1["n"] == 15 and c1["spearman"]["r"] == pytest.approx(
+        spearmanr([m["coverage"] for m in fit], [m["eval"]["success"]["heldout"]["rate"] for m in fit])[0], abs=1e-4)
+    pts = agg["decodability_vs_success_heldout"]["headline"]["points"]
+    assert len(pts) == 15 * 6 and "unfit" not in {p["model"] for p in pts}
+    cell = next(p for p in agg["per_cell"] if p["width"] == 16 and p["coverage"] == 0.5)
+    assert cell["n_models"] == 1 and cell["seeds"] == [0]
+    from t2i_audit.mini.sweep_page import render_page
+
+    res = {"aggregate": agg, "config": json.loads(json.dumps(vars(sweep.SweepConfig()), default=list)),
+           "design": {"space": "s", "heldout_pairs": ["red triangle"], "coverage": "c", "scale": "w", "compute": "x",
+                      "fit": "f", "headline_layer": "mid@middle", "preregistered": "p"},
+           "models": models, "models_expected": 16, "complete": True, "created": "now"}
+    for m in models:
+        m.update(folder=f"models/{m['name']}", train={"steps": 1, "cpu_seconds": 1.0})
+        for L in LAYERS:
+            m["eval"].setdefault("decodability", {})[L] = {
+                t: {"heldout": {"accuracy": 0.5}, "control_accuracy": 0.2} for t in ("color", "shape")}
+    page = render_page(res, {})
+    assert "1 of 16 evaluated models do not fit" in page and "unfit (0.70)" in page
+    assert page.count("NO — excluded") == 1
+
+
+def _sweep_cli(*args):
     from typer.testing import CliRunner
 
     from t2i_audit.cli import app
 
+    return CliRunner().invoke(app, ["mini", "sweep", *map(str, args)])
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """2 models (2 coverages × 1 width × 1 seed), fit bar 0 so that the claims are computed."""
     out = tmp_path_factory.mktemp("sweep")
-    res = CliRunner().invoke(app, ["mini", "sweep", "--out", str(out), "--smoke"])
+    res = _sweep_cli("--out", out, "--smoke", "--fit-threshold", 0)
     assert res.exit_code == 0, res.output
     return out, res.output
 
@@ -112,13 +238,16 @@ def test_smoke_sweep_end_to_end(smoke_run):
     out, output = smoke_run
     data = json.loads((out / "sweep.json").read_text())
     assert data["config"]["smoke"] and data["complete"] and data["models_expected"] == 2
-    assert [m["coverage"] for m in data["models"]] == [0.5, 1.0]
+    assert [m["coverage"] for m in data["models"]] == [0.5, 1.0] and {m["width"] for m in data["models"]} == {8}
     held = {f"{c} {s}" for c, s in world.HELDOUT_PAIRS}
+    size = data["config"]["size"]
     for m in data["models"]:
         assert set(m["heldout_pairs"]) == held and not held & set(m["seen_pairs"])
         card = json.loads((out / m["folder"] / "card.json").read_text())
         # what the trainer excluded = held-out ∪ pairs outside the coverage
         assert {f"{c} {s}" for c, s in card["heldout_pairs"]} == held | set(m["uncovered_pairs"])
+        assert card["config"]["size"] == size and card["config"]["block_out_channels"] == [8, 16, 16]
+        assert card["scheduler"]["prediction_type"] == data["config"]["prediction_type"]
         assert len(m["seen_pairs"]) == m["n_seen_pairs"] == round(m["coverage"] * 18)
         e = m["eval"]
         assert e["success"]["heldout"]["n"] == 6 * data["config"]["samples"]
@@ -126,15 +255,17 @@ def test_smoke_sweep_end_to_end(smoke_run):
             r = e["success"][s]
             if r["n"]:
                 assert _ordered(r["ci"], r["rate"]) and r["rate"] == pytest.approx(r["k"] / r["n"], abs=1e-4)
+        assert m["fit"] == {"fits": True, "threshold": 0.0, "seen_success": e["success"]["seen"]["rate"]}
         assert "mid@middle" in e["layers"] and len(e["layers"]) % 3 == 0
         d = e["decodability"]["mid@middle"]
         assert 0 <= d["color"]["heldout"]["accuracy"] <= 1
         assert d["color"]["chance_uniform"] == pytest.approx(1 / 6, abs=1e-3)
         assert sorted(c["composition"] for c in e["per_composition"] if c["split"] == "heldout") == sorted(held)
+        assert all(0 <= c["control_decodability"]["mid@middle"] <= 1 for c in e["per_composition"])
     agg = data["aggregate"]
     assert agg["headline_layer"] == "mid@middle" and agg["n_models"] == 2
     page = (out / "index.html").read_text()
-    assert "Pre-registered headline layer" in page and "SMOKE run" in page
+    assert "Pre-registered headline layer" in page and "SMOKE run" in page and "NO — excluded" not in page
     r = data["models"][0]["eval"]["success"]["heldout"]
     assert f"({r['k']}/{r['n']})" in page and "https://" not in page and "<script src" not in page
     assert len(re.findall(r"<svg class=\"chart\"", page)) == 2 and "&lt;svg" not in page  # not escaped
@@ -148,34 +279,63 @@ def test_smoke_success_equals_plain_pipeline_call_judged_again(smoke_run):
 
     from t2i_audit.mini.components import load_pipeline
     from t2i_audit.mini.pixel_judge import prompt_passes
+    from t2i_audit.mini.sweep_eval import eval_prompts, image_seed
 
     out, _ = smoke_run
     data = json.loads((out / "sweep.json").read_text())
     cfg, m = data["config"], data["models"][0]
     pipe = load_pipeline(out / m["folder"])
     pipe.set_progress_bar_config(disable=True)
-    prompts = sweep.eval_prompts()
+    prompts = eval_prompts()
     i = 2  # "a red triangle": held-out
     assert prompts[i]["text"] == "a red triangle"
-    gens = [torch.Generator().manual_seed(7919 * k + i) for k in range(cfg["samples"])]
+    gens = [torch.Generator().manual_seed(image_seed(i, k)) for k in range(cfg["samples"])]
     ims = pipe([prompts[i]["text"]] * cfg["samples"], generator=gens, num_inference_steps=cfg["eval_steps"],
-               guidance_scale=cfg["guidance"], height=32, width=32).images
+               guidance_scale=cfg["guidance"], height=cfg["size"], width=cfg["size"]).images
+    assert ims[0].size == (cfg["size"], cfg["size"])
     stored = next(c for c in m["eval"]["per_composition"] if c["composition"] == "red triangle")
     assert stored["k"] == sum(prompt_passes(im, prompts[i]) for im in ims) and stored["n"] == cfg["samples"]
 
 
-def test_smoke_sweep_resumes_without_retraining(smoke_run):
-    from typer.testing import CliRunner
-
-    from t2i_audit.cli import app
-
+def test_smoke_sweep_resumes_without_retraining_and_flags_unfit_models(smoke_run):
     out, _ = smoke_run
     before = json.loads((out / "sweep.json").read_text())
-    res = CliRunner().invoke(app, ["mini", "sweep", "--out", str(out), "--smoke"])
+    res = _sweep_cli("--out", out, "--smoke")  # the default bar: 3-step models do not fit
     assert res.exit_code == 0, res.output
-    assert res.output.count("done, skipped") == 2 and "evaluating" not in res.output
+    assert res.output.count("done, skipped") == 2 and "evaluating" not in res.output and "training" not in res.output
+    assert res.output.count("does NOT fit: excluded") == 2
     after = json.loads((out / "sweep.json").read_text())
-    assert after["models"] == before["models"]
+    assert [m["eval"] for m in after["models"]] == [m["eval"] for m in before["models"]]
+    assert [m["fit"]["fits"] for m in after["models"]] == [False, False]
+    agg = after["aggregate"]
+    assert agg["n_models"] == 0 and agg["n_models_evaluated"] == 2 and len(agg["excluded_unfit"]) == 2
+    assert "heldout_success_vs_coverage" not in agg
+    page = (out / "index.html").read_text()
+    assert page.count("NO — excluded") == 2 and "no claim is read" in page
+
+
+def test_smoke_sweep_refuses_a_model_folder_of_other_settings(smoke_run):
+    out, _ = smoke_run
+    card = (out / "models" / "w8_cov050_seed0" / "card.json").read_bytes()
+    from t2i_audit.errors import AuditError
+
+    res = _sweep_cli("--out", out, "--smoke", "--steps", 4)  # AuditError: the CLI's main prints it, exit 2
+    assert isinstance(res.exception, AuditError)
+    assert "w8_cov050_seed0: trained with other settings (steps: 3 → 4" in str(res.exception)
+    assert "training" not in res.output  # refused before any work
+    assert (out / "models" / "w8_cov050_seed0" / "card.json").read_bytes() == card  # nothing overwritten
+
+
+def test_a_model_held_by_another_worker_is_skipped(tmp_path):
+    from t2i_audit.mini import sweep_work
+
+    cfg = sweep.smoke_sweep_config(coverages=(1.0,))
+    logs = []
+    with sweep_work.model_lock(tmp_path, "w8_cov100_seed0") as mine:
+        assert mine
+        sweep_work.work(tmp_path, cfg, log=logs.append)  # the same process's second flock on a new fd fails
+    assert logs == ["w8_cov100_seed0: held by another worker, skipped"]
+    assert not (tmp_path / "models").exists()
 
 
 def test_bootstrap_ci_where_scipy_gives_nan_equals_a_scipy_loop_over_defined_resamples():

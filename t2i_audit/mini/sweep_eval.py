@@ -1,0 +1,172 @@
+"""One sweep model evaluated (see t2i_audit.mini.sweep for the design): the 24 prompts × N
+samples with fixed seeds through one hooked pipeline call per batch (images + the denoiser's
+block activations), the pixel judge's success per split, and grouped-CV linear probes of colour
+and shape per (block, step), beside a control task."""
+
+from __future__ import annotations
+
+import base64
+import io
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .sweep import ALL_PAIRS, HELDOUT_PAIRS, TARGETS, SweepConfig, pair_key, seen_pairs
+from .sweep_stats import _r
+from .world import SHAPES, scene_for, scene_record
+
+SPLITS = ("heldout", "seen", "uncovered")
+
+
+def eval_prompts() -> list[dict]:
+    """The 24 single-object prompts (records as the suite's), same for every model."""
+    rng = random.Random(0)
+    return [scene_record(scene_for([c], [s], rng=rng)) for c, s in ALL_PAIRS]
+
+
+def image_seed(prompt_index: int, sample: int) -> int:
+    """The same image seed for a prompt/sample in every model."""
+    return 7919 * sample + prompt_index
+
+
+def step_tags(n_steps: int) -> dict[str, int]:
+    return {"first": 0, "middle": n_steps // 2, "last": n_steps - 1}
+
+
+def grid_png(images, cols: int = len(SHAPES), side: int = 96) -> str:
+    """Images in a grid, each upscaled (nearest) to about `side` px, as base64 PNG."""
+    from PIL import Image
+
+    w, h = images[0].size
+    scale = max(1, side // w)
+    rows = (len(images) + cols - 1) // cols
+    g = Image.new("RGB", (cols * (w + 2), rows * (h + 2)), (128, 128, 128))
+    for i, im in enumerate(images):
+        g.paste(im, ((i % cols) * (w + 2), (i // cols) * (h + 2)))
+    g = g.resize((g.width * scale, g.height * scale), Image.NEAREST)
+    buf = io.BytesIO()
+    g.save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def generate_and_hook(folder: Path, cfg: SweepConfig):
+    """Images + denoiser activations for every prompt × sample (seeds fixed across models)."""
+    import torch
+
+    from ..probes.denoiser import run_hooked
+    from .components import load_pipeline
+
+    torch.set_num_threads(1)
+    pipe = load_pipeline(folder)
+    pipe.to(cfg.device)
+    pipe.set_progress_bar_config(disable=True)
+    prompts = eval_prompts()
+    jobs = [(i, k) for i in range(len(prompts)) for k in range(cfg.samples)]
+    tags = step_tags(cfg.eval_steps)
+    images, acts = [], {}
+    for j in range(0, len(jobs), cfg.eval_batch):
+        chunk = jobs[j:j + cfg.eval_batch]
+        texts = [prompts[i]["text"] for i, _ in chunk]
+        seeds = [image_seed(i, k) for i, k in chunk]
+        out, info = run_hooked(pipe, texts, seeds, steps=cfg.eval_steps, guidance=cfg.guidance, size=cfg.size,
+                               at_steps=sorted(set(tags.values())), output_type="pil")
+        images.extend(info["images"])
+        for key, arr in out.items():
+            if key.endswith("-cond"):
+                acts.setdefault(key, []).append(arr)
+    acts = {k: np.concatenate(v) for k, v in acts.items()}
+    return prompts, jobs, images, acts, tags
+
+
+def layer_name(key: str, tags: dict[str, int]) -> str | None:
+    """"mid__t005-cond" → "mid@middle" (None for steps not in tags)."""
+    block, rest = key.split("__t")
+    step = int(rest.split("-")[0])
+    names = [n for n, s in tags.items() if s == step]
+    return f"{block}@{names[-1]}" if names else None
+
+
+def probe_layers(acts: dict, tags: dict, y: dict[str, np.ndarray], groups: np.ndarray, cfg: SweepConfig) -> dict:
+    """Per layer and target: out-of-fold proba of the true value for every item, plus
+    control (random labels per composition) out-of-fold correctness and proba."""
+    from ..probes.linear import control_labels, grouped_folds, oof_proba_many
+
+    folds = grouped_folds(groups, cfg.n_splits, seed=0)
+    names, items = [], []
+    for key, X in sorted(acts.items()):
+        name = layer_name(key, tags)
+        if name is None:
+            continue
+        X = np.asarray(X, np.float32)
+        for t in TARGETS:
+            names.append((name, t, "probe"))
+            items.append((X, None, y[t], folds, True))
+            names.append((name, t, "control"))
+            items.append((X, None, control_labels(y[t], groups, seed=0), folds, True))
+    fits = oof_proba_many(items, seed=0, backend="torch", device="cpu")
+    out: dict = {}
+    for (name, t, kind), (_x, _rows, yy, _f, _s), (proba, classes) in zip(names, items, fits):
+        correct = classes[proba.argmax(1)] == yy
+        p_true = proba[np.arange(len(yy)), np.searchsorted(classes, yy)]
+        out.setdefault(name, {}).setdefault(t, {})[kind] = {"correct": correct, "p_true": p_true}
+    return out
+
+
+def _success(ok: np.ndarray, split: np.ndarray) -> dict:
+    from ..analysis import wilson
+
+    res = {}
+    for s in SPLITS:
+        m = split == s
+        k, n = int(ok[m].sum()), int(m.sum())
+        rate, lo, hi = wilson(k, n)
+        res[s] = {"k": k, "n": n, "rate": _r(rate), "ci": [_r(lo), _r(hi)]}
+    return res
+
+
+def _decodability(probes: dict, y: dict, split: np.ndarray) -> dict:
+    decod = {}
+    for layer, per_t in probes.items():
+        row = {}
+        for t, d in per_t.items():
+            row[t] = {s: {"accuracy": _r(d["probe"]["correct"][split == s].mean()) if (split == s).any() else None,
+                          "p_true": _r(d["probe"]["p_true"][split == s].mean()) if (split == s).any() else None}
+                      for s in SPLITS}
+            row[t]["all"] = {"accuracy": _r(d["probe"]["correct"].mean()), "p_true": _r(d["probe"]["p_true"].mean())}
+            row[t]["control_accuracy"] = _r(d["control"]["correct"].mean())
+            row[t]["chance_uniform"] = _r(1 / len(np.unique(y[t])))
+        decod[layer] = row
+    return decod
+
+
+def evaluate_model(folder: Path, cfg: SweepConfig, coverage: float, seed: int) -> dict:
+    """Pixel-judge success (held-out / seen / outside coverage) and decodability of one model."""
+    from .pixel_judge import prompt_passes
+
+    t0, c0 = time.time(), time.process_time()
+    prompts, jobs, images, acts, tags = generate_and_hook(folder, cfg)
+    seen = {pair_key(p) for p in seen_pairs(coverage, seed)}
+    held = {pair_key(p) for p in HELDOUT_PAIRS}
+    comp = np.array([pair_key((prompts[i]["slots"]["c1"], prompts[i]["slots"]["o1"])) for i, _ in jobs])
+    split = np.array(["heldout" if c in held else ("seen" if c in seen else "uncovered") for c in comp])
+    ok = np.array([prompt_passes(im, prompts[i]) for (i, _), im in zip(jobs, images)])
+    y = {"color": np.array([prompts[i]["slots"]["c1"] for i, _ in jobs]),
+         "shape": np.array([prompts[i]["slots"]["o1"] for i, _ in jobs])}
+    probes = probe_layers(acts, tags, y, comp, cfg)
+    per_comp = []
+    for c in sorted(set(comp)):
+        m = comp == c
+        entry = {"composition": c, "split": str(split[m][0]), "k": int(ok[m].sum()), "n": int(m.sum()),
+                 "success": _r(ok[m].mean()), "decodability": {}, "control_decodability": {}}
+        for layer, per_t in probes.items():  # mean over items and constituents of p(true value)
+            entry["decodability"][layer] = _r(np.mean([per_t[t]["probe"]["p_true"][m].mean() for t in TARGETS]))
+            entry["control_decodability"][layer] = _r(np.mean([per_t[t]["control"]["p_true"][m].mean()
+                                                               for t in TARGETS]))
+        per_comp.append(entry)
+    first = [images[j] for j, (_i, k) in enumerate(jobs) if k == 0]
+    return {"success": _success(ok, split), "decodability": _decodability(probes, y, split),
+            "per_composition": per_comp, "layers": sorted(probes), "steps_hooked": tags,
+            "grid_png_b64": grid_png(first), "eval_seconds": round(time.time() - t0, 1),
+            "eval_cpu_seconds": round(time.process_time() - c0, 1)}
