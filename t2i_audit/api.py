@@ -11,6 +11,7 @@ and writing files in one run directory, each skipping work already on disk.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import importlib.metadata
 import platform
@@ -24,8 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import AuditError
 from .prompts import expand_files, sample_records, stable_hash
-from .rundir import (RunDir, RunLock, atomic_write_json, atomic_write_jsonl, atomic_write_text, claim_output_dir,
-                     read_jsonl)
+from .ownership import claim_output_dir
+from .resume import settings_id
+from .rundir import RunDir, RunLock, atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
 from .safeload import load_yaml
 
 STAGES = ("prompts", "generate", "score", "probe", "report")
@@ -68,7 +70,27 @@ class RunConfig(BaseModel):
         return RunConfig.model_validate(filled)._hash()
 
     def _hash(self) -> str:
-        return stable_hash(self.model_dump(exclude={"out", "stages", "device", "batch_size"}))[:6]
+        return stable_hash(self.model_dump(exclude=NOT_IDENTITY))[:6]
+
+
+# where a run goes, which stages run now, on which device and how many at once: none changes what is made
+# (a resume keeps the batch size it was planned with: generate._keep_recorded_plan)
+NOT_IDENTITY = {"out", "stages", "device", "batch_size"}
+
+
+def prompt_digest(records: list[dict]) -> str:
+    """The prompts by content (ids and texts, in order): `--prompts ./x.yaml` and `x.yaml` are one set, an
+    edited suite another."""
+    lines = "\n".join(f"{r['id']}\t{r.get('text', '')}" for r in records)
+    return f"{len(records)} prompts, sha256 {hashlib.sha256(lines.encode()).hexdigest()[:16]}"
+
+
+def run_identity(cfg: RunConfig, card, records: list[dict]) -> dict:
+    """The settings that determine what a run folder holds, as its marker records them (ownership.py): the
+    resolved settings (the card's defaults filled in, as in run.yaml and the fingerprint, so a
+    `run --config RUN/run.yaml` resume matches) with the prompts by content."""
+    filled = RunConfig.model_validate({**cfg.model_dump(), **resolved_settings(cfg, card)})
+    return {**filled.model_dump(exclude=NOT_IDENTITY | {"prompts"}), "prompts": prompt_digest(records)}
 
 
 def load_config(path: str | Path, **overrides) -> RunConfig:
@@ -108,9 +130,16 @@ def expand_suites(paths: list[str], limit: Optional[int] = None, seed: int = 0) 
     return sample_records(records, limit, seed) if limit else records
 
 
-def default_run_dir(cfg: RunConfig, card=None) -> Path:
+def default_run_dir(cfg: RunConfig, card=None, *, command: str = "run", settings: Optional[dict] = None) -> Path:
+    """``runs/<model>_<suites>_<hash6>``: the hash of everything that changes what the folder holds. A run
+    made by another command (``select``) is named by that command and its own settings, never like a
+    plain run of the same model and prompts (it would land in that run's folder)."""
     suites = "+".join(Path(p).stem for p in cfg.prompts)
     model = cfg.model.replace("hf:", "").replace("/", "--").replace("@", "-").strip(".-") or "model"
+    if command != "run":
+        if settings is None:
+            raise ValueError(f"default_run_dir: a {command} run is named by its settings; pass settings=")
+        return Path("runs") / f"{model}_{suites}_{command}_{settings_id(settings)[:6]}"
     root = Path("runs") / f"{model}_{suites}_{cfg.fingerprint(card)}"
     # a run made before the fingerprint filled in the card's defaults is named by the unfilled
     # hash: rerunning its command resumes it there rather than starting over
@@ -134,9 +163,12 @@ def resolved_settings(cfg: RunConfig, card) -> dict:
             "size": cfg.size or d["size"], "dtype": cfg.dtype or d["dtype"]}
 
 
-def prepare_run(cfg: RunConfig, card, records: list[dict]) -> RunDir:
-    """Lay out the run directory: run.yaml, manifest, prompts.jsonl (validated records)."""
-    run = RunDir(cfg.out or default_run_dir(cfg, card))
+def prepare_run(cfg: RunConfig, card, records: list[dict], *, root: Optional[Path] = None,
+                resume_argv: Optional[list[str]] = None) -> RunDir:
+    """Lay out the run directory (``root``, default ``cfg.out`` or the default name): run.yaml, manifest,
+    prompts.jsonl (validated records). ``resume_argv``: the command (without ``--out``) that continues this
+    run, for a run another command than ``run`` makes (``verify`` and a refused claim advise it)."""
+    run = RunDir(root or cfg.out or default_run_dir(cfg, card))
     if run.prompts.exists():
         old = [r["id"] for r in read_jsonl(run.prompts)]
         if old != [r["id"] for r in records]:
@@ -150,6 +182,8 @@ def prepare_run(cfg: RunConfig, card, records: list[dict]) -> RunDir:
     manifest.setdefault("created_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     manifest.update({"fingerprint": cfg.fingerprint(card), "model": card.as_dict(), "versions": library_versions(),
                      "command": sys.argv, "suites": sorted({r["suite"] for r in records})})
+    if resume_argv is not None:
+        manifest["resume_argv"] = list(resume_argv)
     manifest.setdefault("stages", {})["prompts"] = {"status": "done", "prompts": len(records),
                                                     "categories": sorted({r["category"] for r in records})}
     atomic_write_json(run.manifest, manifest)
@@ -178,7 +212,8 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     device = resolve_device(cfg.device)
     state = process_state(device)  # created once; every stage shares its work between processes
     run = RunDir(cfg.out or default_run_dir(cfg, card))
-    claim_output_dir(run.root, "run")  # a new, empty or run folder only: never write over someone's files
+    # a new or empty folder, or a run this command made with these settings: never write over someone's files
+    claim_output_dir(run.root, "run", command="run", settings=run_identity(cfg, card, records))
     with RunLock(run.root, state.process_index):
         if state.is_main_process:
             prepare_run(cfg, card, records)

@@ -20,12 +20,11 @@ import functools
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from .errors import AuditError
 from .safeload import loads_json
@@ -184,123 +183,18 @@ def repair_jsonl(path: Path) -> bool:
         return True
 
 
-# --- output folders: a command writes only into a folder that is new, empty or its own ------------
+# --- output folders: the ownership rule lives in ownership.py; these names stay importable from here -----
 
-MARKER = ".t2i-audit.json"  # {"tool": "t2i-audit", "kind": ..., "version": 1}: whose folder this is
-MARKER_VERSION = 1
-
-
-def _card_kind(root: Path) -> str | None:
-    try:
-        card = json.loads((root / "card.json").read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return card.get("kind") if isinstance(card, dict) else None
+_OWNERSHIP = ("MARKER", "MARKER_VERSION", "LEGACY_LAYOUTS", "WRITERS", "claim_output_dir", "claim_output_file",
+              "folder_kind", "folder_maker", "require_kind")
 
 
-_SAMPLE = re.compile(r"^(grid|eval)_[\w-]*\.png$")
+def __getattr__(name: str):  # lazily (PEP 562): ownership.py imports this module's atomic writes
+    if name in _OWNERSHIP:
+        from . import ownership
 
-# Folders made before the marker existed, recognised by their layout so that old runs still resume.
-LEGACY_LAYOUTS: dict[str, Callable[[Path], bool]] = {
-    "run": lambda r: (r / "manifest.json").is_file() and ((r / "run.yaml").is_file() or (r / "prompts.jsonl").is_file()),
-    "report": lambda r: (r / "index.html").is_file() and (r / "results.csv").is_file(),
-    "compare": lambda r: (r / "compare.json").is_file() and (r / "index.html").is_file(),
-    "mini-judge": lambda r: _card_kind(r) == "mini-judge",
-    "mini-generator": lambda r: _card_kind(r) == "mini-generator",
-    "sweep": lambda r: (r / "sweep.json").is_file() or [p.name for p in r.iterdir()] == ["models"],
-    "mini-samples": lambda r: any(r.iterdir()) and all(p.is_file() and _SAMPLE.match(p.name) for p in r.iterdir()),
-}
-
-
-def folder_kind(root: Path) -> str | None:
-    """The kind of t2i-audit output ``root`` holds (its marker, else a legacy layout), or None."""
-    root = Path(root)
-    marker = root / MARKER
-    if marker.is_file():
-        for _ in range(100):  # a concurrent claim (another rank) writes it right after creating it
-            raw = marker.read_bytes()
-            if raw:
-                break
-            time.sleep(0.01)
-        else:
-            return ""  # created and never written: a claim killed in between; ours, kind unknown
-        try:
-            data = json.loads(raw)
-            kind = data.get("kind") if isinstance(data, dict) else None
-        except (ValueError, RecursionError):
-            kind = None
-        if not isinstance(kind, str):
-            raise AuditError(f"{marker}: damaged t2i-audit marker; remove it only if the folder is yours to overwrite")
-        return kind
-    if not root.is_dir():
-        return None
-    return next((k for k, is_layout in LEGACY_LAYOUTS.items() if is_layout(root)), None)
-
-
-def claim_output_dir(path: "Path | str", kind: str) -> Path:
-    """Make ``path`` the output folder of a ``kind`` command, or refuse with the path and why.
-
-    Allowed: a new folder, an empty one, or one already marked (or laid out) as this kind. The
-    marker is created with O_EXCL, so processes of one run (Accelerate ranks) claiming together
-    agree; nothing else is written here. Anything else — a file, a folder holding files this tool
-    did not write, another kind's output — is refused: we never overwrite or delete what is not ours.
-    """
-    root = Path(path)
-    if root.exists() and not root.is_dir():
-        raise AuditError(f"{root}: is a file, not a folder; choose another output folder")
-    found = folder_kind(root) if root.is_dir() else None
-    if found == kind:
-        return root
-    if found:
-        raise AuditError(f"{root}: holds a t2i-audit {found}, not a {kind}; refusing to write into it "
-                         "— choose another output folder")
-    entries = {p.name for p in root.iterdir()} if found is None and root.is_dir() else set()
-    if MARKER in entries and (root / MARKER).is_file():  # claimed by another process since we looked
-        return claim_output_dir(root, kind)
-    if entries:
-        raise AuditError(f"{root}: folder is not empty and was not made by t2i-audit (no {MARKER}); refusing "
-                         "to write into it, so nothing of yours is overwritten — choose a new or empty folder")
-    root.mkdir(parents=True, exist_ok=True)
-    data = json.dumps({"tool": "t2i-audit", "kind": kind, "version": MARKER_VERSION}).encode() + b"\n"
-    if found == "":  # an interrupted claim of ours: finish it
-        atomic_write_bytes(root / MARKER, data)
-        return root
-    try:
-        fd = os.open(root / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, file_mode())
-    except FileExistsError:  # another process claimed it first: fine if for the same kind
-        return claim_output_dir(root, kind)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return root
-
-
-def claim_output_file(path: "Path | str", *, force: bool = False) -> Path:
-    """The single-file output of a command (``prompts export --out``, ``label --out``, ``mini render
-    --out``), or refuse with the path and why. A file has no room for a marker telling that we wrote
-    it, so an existing one is never replaced unless the user says so (``force``), as a folder
-    without our marker is never written into."""
-    out = Path(path)
-    if out.is_dir():
-        raise AuditError(f"{out}: is a folder; give a file path")
-    if (out.exists() or out.is_symlink()) and not force:
-        raise AuditError(f"{out}: file exists and t2i-audit cannot tell it wrote it; refusing to overwrite it "
-                         "— choose another path, or pass --force to replace it")
-    return out
-
-
-def require_kind(path: "Path | str", kind: str) -> Path:
-    """Refuse unless ``path`` already holds this kind of t2i-audit output (writes nothing)."""
-    root = Path(path)
-    if not root.is_dir():
-        raise AuditError(f"{root}: not found (or not a folder)")
-    found = folder_kind(root)
-    if found != kind:
-        what = f"a t2i-audit {found}" if found else "not made by t2i-audit"
-        raise AuditError(f"{root}: not a t2i-audit {kind} ({what}); refusing to write into it")
-    return root
+        return getattr(ownership, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @contextlib.contextmanager

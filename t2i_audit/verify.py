@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import AuditError
+from .ownership import resume_command
 from .rundir import RunDir, file_sha256
 from .safeload import loads_json
 
@@ -326,7 +327,8 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
                      + ", ".join(r["path"] for r in v.regenerated[:5]) + (" …" if len(v.regenerated) > 5 else ""))
     summary = {c: {"checked": v.checked[c], "damaged": damaged[c]} for c in CATEGORIES}
     summary["images"]["regenerated_elsewhere"] = len(v.regenerated)
-    return {"run": str(rd.root), "ok": not v.problems, "checks": dict(CATEGORIES), "summary": summary,
+    return {"run": str(rd.root), "ok": not v.problems, "resume": resume_command(rd.root),
+            "checks": dict(CATEGORIES), "summary": summary,
             "problems": [asdict(p) for p in v.problems], "regenerated_elsewhere": v.regenerated, "notes": notes}
 
 
@@ -346,18 +348,21 @@ def format_result(result: dict) -> str:
     lines.append("damaged:")
     lines += [f"  {p['path']}: {p['problem']}" for p in result["problems"]]
     lines.append(f"{len(result['problems'])} problem(s). To repair:")
-    lines += [f"  {c}: {REPAIR[c].replace('RUN', result['run'])}" for c, s in result["summary"].items() if s["damaged"]]
+    resume = result.get("resume") or f"t2i-audit run --config {Path(result['run']) / 'run.yaml'} --out {result['run']}"
+    resume = f"`{resume}`" if resume.startswith("t2i-audit ") else resume  # else: a description (an older select run)
+    lines += [f"  {c}: {REPAIR[c].format(run=result['run'], resume=resume)}"
+              for c, s in result["summary"].items() if s["damaged"]]
     return "\n".join(lines)
 
 
 REPAIR = {
     "json": "a torn last line goes on the next run of its stage; a corrupted line elsewhere stops "
             "the stage that reads it: remove that line (or the file, to redo the stage)",
-    "images": "rerun generation (`t2i-audit run --config RUN/run.yaml --out RUN`): damaged images are "
-              "regenerated and their scores redone",
-    "scores": "rerun `t2i-audit score RUN` (after regenerating damaged images): stale records are rescored",
-    "activations": "rerun `t2i-audit probe RUN`: arrays whose bytes differ from the recorded hash are extracted again",
+    "images": "rerun the command that made the run ({resume}): damaged images are regenerated and their "
+              "scores redone",
+    "scores": "rerun `t2i-audit score {run}` (after regenerating damaged images): stale records are rescored",
+    "activations": "rerun `t2i-audit probe {run}`: arrays whose bytes differ from the recorded hash are extracted again",
     "records": "remove the duplicated lines (keep the first), then rerun the stage",
     "stray": "move files this run did not write out of the run directory",
-    "stages": "rerun the same command (`t2i-audit run --config RUN/run.yaml --out RUN`) to finish the run",
+    "stages": "rerun the command that made the run to finish it ({resume})",
 }

@@ -27,6 +27,23 @@ def _run_model(run: Path) -> str | None:
     return model
 
 
+def _from_folder(path: Path, *, run: bool) -> Path:
+    """``--from``: a folder that exists (and, with ``run``, a t2i-audit run) — said as such, before anything
+    asks for a --model the folder would have named."""
+    if not path.is_dir():
+        raise AuditError(f"--from {path}: {'not a folder' if path.exists() else 'folder does not exist'}; give the "
+                         "run folder that `t2i-audit probe` was run on")
+    if run:
+        from ..ownership import folder_kind
+
+        kind = folder_kind(path)
+        if kind != "run":
+            what = f"a t2i-audit {kind}" if kind else "no run.yaml, manifest.json or .t2i-audit.json"
+            raise AuditError(f"--from {path}: not a t2i-audit run ({what}); give the run that "
+                             "`t2i-audit probe RUN --early` was run on")
+    return path
+
+
 def _int_list(text: str | None, option: str) -> list[int] | None:
     if text is None:
         return None
@@ -57,8 +74,10 @@ def probe(
     at: str = typer.Option("0.1,0.2", "--at", help="With --early: fractions of the steps to read (e.g. 0.1,0.2,0.5)."),
 ) -> None:
     """Linear probes: constituent decodability, failure prediction vs baseline, decodability ↔ success."""
+    from ..ownership import require_kind
     from . import run_probe_stage
 
+    require_kind(run, "run")  # probes/, activations/ and the manifest are written there
     model = model or _run_model(run)
     if not model:
         raise AuditError(f"{run}: the run does not record its model; pass --model")
@@ -106,6 +125,7 @@ def predict(
     """Rank never-generated prompts (or, with --early, their seeds) by predicted failure risk, using a run's fitted probe."""
     from . import predict_failures
 
+    _from_folder(from_run, run=False)
     out = out or prompts.with_name(prompts.stem + ".risk.jsonl")
     from ..rundir import claim_output_file
 
@@ -193,9 +213,10 @@ def select(
     from ..api import make_config
     from .select import select_run
 
+    _from_folder(from_run, run=True)
     model = model or _run_model(from_run)
     if not model:
-        raise AuditError(f"{from_run}: the run does not record its model; pass --model")
+        raise AuditError(f"--from {from_run}: the run does not record its model; pass --model")
     paths = [str(p) for p in prompts] if prompts else [str(Path(from_run) / "prompts.jsonl")]
     cfg = make_config({"model": model, "prompts": paths, "seed": seed, "batch_size": batch_size, "device": device,
                        "limit": limit, "out": str(out) if out else None}, "select options")

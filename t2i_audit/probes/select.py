@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
+from ..resume import reusable_records, stamped
+from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 
 
 def load_fitted(from_run: Path) -> dict:
@@ -64,15 +65,16 @@ def random_picks(prompt_id: str, n_of: int, keep: int, seed: int) -> list[int]:
 
 
 def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: int, step: int,
-         progress: bool) -> list[dict]:
+         progress: bool, resume: dict | None = None) -> list[dict]:
     """Risk of every (prompt, sample < n_of) from its features at ``step``, written to ``path`` (JSONL) batch by
-    batch; resumable."""
+    batch. ``resume``: the settings every risk depends on; records of ``path`` made with exactly these are
+    reused, anything else in it is scanned again (:mod:`t2i_audit.resume`). None: ``path`` is replaced."""
     from ..generate import image_seed, plan_batches
     from .early import replay_batch
     from .linear import onehot_constituents
     from .per_image import apply_probe, design
 
-    done = {(r["prompt_id"], r["sample"]): r for r in read_jsonl(path)} if path.exists() else {}
+    done = reusable_records(path, resume, lambda r: (r["prompt_id"], int(r["sample"]))) if resume else {}
     plan = plan_batches(prompts, n_of, s["batch_size"])
     out = []
     for b, batch in enumerate(plan):
@@ -83,10 +85,12 @@ def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: 
         arrays = replay_batch(pipe, batch, seeds, s, [step], previews=False)
         recs = [p for p, _ in batch]
         X = design(arrays, step, "probe", slice(None), onehot_constituents(recs, fitted["onehot"])[0])
+        made = []
         for j, (p, k) in enumerate(batch):
             risk = float(apply_probe(_probe_for(fitted, str(p.get("category")), step), X[j:j + 1])[0])
-            out.append({"prompt_id": p["id"], "sample": k, "seed": seeds[j], "risk": risk,
-                        "category": p.get("category"), "text": p["text"]})
+            made.append({"prompt_id": p["id"], "sample": k, "seed": seeds[j], "risk": risk,
+                         "category": p.get("category"), "text": p["text"]})
+        out += stamped(made, resume) if resume else made
         atomic_write_jsonl(path, out)  # whole batches only: a kill loses at most this batch
         if progress:
             print(f"[select] scanned batch {b + 1}/{len(plan)}", file=sys.stderr)
@@ -108,6 +112,7 @@ def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_o
     card = resolve_model(model)
     s = scan_settings(src, card, seed, batch_size)
     pipe = load_pipeline(card, resolve_device(device), s["dtype"])
+    # no resume: `out` is a file the user named (claimed with --force if it existed), replaced, never read back
     return scan(out, pipe, prompts, fitted, s, n_of=n_of, step=step, progress=progress)
 
 
@@ -187,13 +192,37 @@ def selection_summary(rd: RunDir, chosen: list[dict], *, n_of: int, keep: int, s
     return out
 
 
+def select_identity(cfg, card, records: list[dict], from_run: Path, *, keep: int, at: float, baseline: bool) -> dict:
+    """What a select run's folder holds is determined by (ownership.py; its default name hashes it): the run's
+    resolved settings and prompts (``images_per_prompt`` is --of), the --from run's fitted probes by content,
+    --keep, --at and --baseline. Not the batch size (a resume keeps the planned one) nor the device."""
+    from ..api import run_identity
+    from ..rundir import file_sha256
+
+    ident = run_identity(cfg, card, records)
+    probes = RunDir(from_run).probes_dir / "early_probes.json"
+    return {**{k: v for k, v in ident.items() if k != "images_per_prompt"}, "of": cfg.images_per_prompt,
+            "keep": keep, "at": at, "baseline": baseline, "from_probes": f"sha256 {file_sha256(probes)[:16]}"}
+
+
+def resume_argv(cfg, from_run: Path, *, keep: int, at: float, baseline: bool) -> list[str]:
+    """The select command (without --out) that continues this run: what `verify` advises after a kill (a
+    `run --config RUN/run.yaml` would generate every seed in full). Paths absolute: it may be run from anywhere."""
+    prompts = [a for p in cfg.prompts for a in ("--prompts", str(Path(p).resolve()))]
+    return ["select", "--from", str(Path(from_run).resolve()), "--model", cfg.model, *prompts,
+            *(["--limit", str(cfg.limit)] if cfg.limit else []), "--of", str(cfg.images_per_prompt),
+            "--keep", str(keep), "--at", str(at), *([] if baseline else ["--no-baseline"]), "--seed", str(cfg.seed),
+            "--batch-size", str(cfg.batch_size)]
+
+
 def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline: bool = True,
                progress: bool = True, n_boot: int = 1000) -> dict:
     """The whole command: lay out the run, scan, choose, finish, score, summarise."""
-    from ..api import expand_suites, prepare_run, score_stage
-    from ..generate import load_pipeline, resolve_device
+    from ..api import default_run_dir, expand_suites, prepare_run, prompt_digest, score_stage
+    from ..generate import GenSettings, _keep_recorded_plan, load_pipeline, resolve_device
     from ..models import resolve_model
-    from ..rundir import RunLock, claim_output_dir
+    from ..ownership import claim_output_dir
+    from ..rundir import RunLock
     from .early import step_at
 
     if not 1 <= keep <= n_of:
@@ -208,17 +237,30 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
     step = step_at(at, src["steps"])
     for cat in sorted({str(p.get("category")) for p in records}):
         _probe_for(fitted, cat, step)  # every category has a probe at that step, before any work
-    from ..api import default_run_dir
-
-    rd = RunDir(cfg.out or default_run_dir(cfg))
-    claim_output_dir(rd.root, "run")
+    identity = select_identity(cfg, card, records, from_run, keep=keep, at=at, baseline=baseline)
+    rd = RunDir(cfg.out or default_run_dir(cfg, card, command="select", settings=identity))
+    # a new or empty folder, or a select run with these settings: never a plain run's folder (its images would go)
+    claim_output_dir(rd.root, "run", command="select", settings=identity)
     with RunLock(rd.root, 0):
-        prepare_run(cfg, card, records)
+        # the batches were planned once: a resume with another --batch-size keeps them (as `run` does)
+        planned, note = _keep_recorded_plan(rd, GenSettings(steps=src["steps"], guidance=src["guidance"],
+                                                            size=src["size"], dtype=src["dtype"],
+                                                            batch_size=cfg.batch_size))
+        if note and progress:
+            print(f"[select] {note}", file=sys.stderr)
+        cfg = cfg.model_copy(update={"batch_size": planned.batch_size})
+        prepare_run(cfg, card, records, root=rd.root,
+                    resume_argv=resume_argv(cfg, from_run, keep=keep, at=at, baseline=baseline))
         s = scan_settings(src, card, cfg.seed, cfg.batch_size)
         rd.update_stage("generate", status="running", selection={"from": str(from_run), "of": n_of, "keep": keep,
-                                                                  "at": at, "loop_step": step}, settings=s)
+                                                                  "at": at, "loop_step": step}, settings=s,
+                        planned_batch_size=cfg.batch_size)
         pipe = load_pipeline(card, device, s["dtype"])
-        scanned = scan(rd.root / "selection.jsonl", pipe, records, fitted, s, n_of=n_of, step=step, progress=progress)
+        # a risk depends on the fitted probe, the step, the sampler settings and the batch it was replayed in
+        made_with = {"from_probes": identity["from_probes"], "loop_step": step, "n_of": n_of, "model": cfg.model,
+                     "prompts": prompt_digest(records), **s}
+        scanned = scan(rd.root / "selection.jsonl", pipe, records, fitted, s, n_of=n_of, step=step, progress=progress,
+                       resume=made_with)
         chosen = choose(scanned, n_of=n_of, keep=keep, seed=cfg.seed, baseline=baseline)
         atomic_write_jsonl(rd.root / "selection.jsonl", chosen)
         made = finish(rd, pipe, card, records, chosen, s, progress)

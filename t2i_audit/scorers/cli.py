@@ -59,6 +59,9 @@ def register(app: typer.Typer) -> None:
         rd = RunDir(run)
         if not rd.root.is_dir():
             raise AuditError(f"{rd.root}: run directory not found")
+        from ..ownership import require_kind
+
+        require_kind(rd.root, "run")  # scores/ and the manifest are written there: a run's folder only
         tiny = str((rd.read_manifest().get("model") or {}).get("source", "")).startswith("tiny:")
         names = list(scorer or default_scorers({p.get("category", "") for p in rd.read_prompts()}, tiny=tiny))
         import os

@@ -1,6 +1,8 @@
 """Output folders (issue 20, "Data loss"): a command writes only into a folder that is new, empty
 or already its own (``.t2i-audit.json``, or an older version's layout); anything else is refused
 with the path and the reason, exit code 2, and nothing it did not write is overwritten or deleted.
+Issue 26: "its own" means made by the same command (``run`` and ``select`` both make runs) with the same
+settings, checked over every writer that ``ownership.WRITERS`` registers.
 """
 
 import json
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from t2i_audit.resume import settings_id
 from t2i_audit.rundir import MARKER, claim_output_dir, folder_kind
 
 from .test_malformed_corpus import _invoke, _snapshot
@@ -99,10 +102,17 @@ def test_run_resumes_its_own_folder_and_one_made_before_the_marker(tmp_path, mon
     for out in ("new", "empty"):
         code, err = _invoke(_run_argv(out), tmp_path, monkeypatch, capsys)
         assert code in (0, None), err
-        assert json.loads((tmp_path / out / MARKER).read_text()) == {"tool": "t2i-audit", "kind": "run", "version": 1}
+        marker = json.loads((tmp_path / out / MARKER).read_text())
+        assert {k: marker[k] for k in ("tool", "kind", "version", "command")} == {
+            "tool": "t2i-audit", "kind": "run", "version": 2, "command": "run"}
+        assert marker["settings"]["model"] == "tiny-sd" and marker["settings_id"] == settings_id(marker["settings"])
     code, err = _invoke(_run_argv("new"), tmp_path, monkeypatch, capsys)  # its own: resumes
     assert code in (0, None), err
-    (tmp_path / "new" / MARKER).unlink()  # a run made by an older version: manifest.json + run.yaml
+    # a run made by an older version: a marker with its kind only, then no marker (manifest.json + run.yaml)
+    (tmp_path / "new" / MARKER).write_text(json.dumps({"tool": "t2i-audit", "kind": "run", "version": 1}))
+    code, err = _invoke(_run_argv("new") + ["--steps", "3"], tmp_path, monkeypatch, capsys)  # settings unknown
+    assert code in (0, None), err
+    (tmp_path / "new" / MARKER).unlink()
     code, err = _invoke(_run_argv("new"), tmp_path, monkeypatch, capsys)
     assert code in (0, None), err
     # another kind's folder is not a run
@@ -222,3 +232,75 @@ def test_predict_names_a_damaged_failure_probe(tmp_path, monkeypatch, capsys):
     before = _snapshot(tmp_path)
     code, err = _invoke(_file_argv("predict", None), tmp_path, monkeypatch, capsys)
     _refused(code, err, ["failure_probe.json: not valid JSON"], before, _snapshot(tmp_path))
+
+
+# --- one rule over every registered writer (ownership.WRITERS): the next command registered gets it free -----
+
+def _writer_pairs():
+    from t2i_audit.ownership import WRITERS
+
+    return [(kind, command) for kind, commands in WRITERS.items() for command in commands]
+
+
+def _made_by(root: Path, kind: str, command: str, settings=None) -> Path:
+    """A folder another t2i-audit command made, with a file of its own in it."""
+    if settings is None:  # the marker as written, so that this also runs against code without the rule
+        root.mkdir(parents=True)
+        (root / MARKER).write_text(json.dumps({"tool": "t2i-audit", "kind": kind, "version": 2, "command": command}))
+    else:
+        claim_output_dir(root, kind, command=command, settings=settings)
+    (root / "theirs.txt").write_text(f"made by {command}")
+    return root
+
+
+@pytest.mark.parametrize("kind,command", _writer_pairs(), ids=lambda v: v.replace(" ", "-"))
+def test_every_writer_claims_only_what_it_made_with_its_settings(tmp_path, kind, command):
+    from t2i_audit.errors import AuditError
+
+    for other_kind, other in _writer_pairs():
+        if (other_kind, other) == (kind, command):
+            continue
+        root = _made_by(tmp_path / f"{other_kind}-{other.replace(' ', '-')}", other_kind, other, {"x": 1})
+        before = _snapshot(root)
+        with pytest.raises(AuditError, match=f"^{root}: (holds a t2i-audit {other_kind}, not a {kind}|made by "
+                                             f"`t2i-audit {other}`, not by `t2i-audit {command}`)"):
+            claim_output_dir(root, kind, command=command, settings={"x": 1})
+        assert _snapshot(root) == before
+    own = _made_by(tmp_path / "own", kind, command, {"x": 1, "y": [1, 2]})
+    before = _snapshot(own)
+    with pytest.raises(AuditError, match=r"with other settings \(x: 1 → 2\)"):
+        claim_output_dir(own, kind, command=command, settings={"x": 2, "y": [1, 2]})
+    assert _snapshot(own) == before
+    assert claim_output_dir(own, kind, command=command, settings={"y": (1, 2), "x": 1}) == own  # the same: resumes
+    assert claim_output_dir(own, kind, command=command) == own  # a command that replaces states none
+    assert _snapshot(own) == before
+
+
+def _writer_argv(command: str, out: Path, world: dict) -> list:
+    """A valid call of each registered writer with ``--out out``: it reaches its claim before any model loads."""
+    return {"run": ["run", "--model", "mini", "--prompts", world["suite"], "--limit", "2", "--stages", "prompts"],
+            "select": ["select", "--from", world["probed"], "--prompts", world["suite"], "--limit", "2", "--of", "2",
+                       "--at", "0.5", "--seed", "1", "--device", "cpu", "--quiet"],
+            "report": ["report", world["good"], "-q"],
+            "compare": ["compare", world["good"], world["bad"]],
+            "mini train-judge": ["mini", "train-judge", "--smoke"],
+            "mini train-generator": ["mini", "train-generator", "--smoke"],
+            "mini sweep": ["mini", "sweep", "--smoke"]}[command] + ["--out", str(out)]
+
+
+def test_every_writer_command_refuses_a_folder_another_command_made(tmp_path, monkeypatch, capsys, two_runs,
+                                                                    probed_mini, repo_root):
+    # before: `select --out RUN` into a plain run's folder exited 0 and replaced its images
+    world = {"suite": str(repo_root / "prompts/mini.yaml"), "probed": str(probed_mini), "good": str(two_runs[0]),
+             "bad": str(two_runs[1])}
+    pairs = _writer_pairs()
+    for command in sorted({c for _, c in pairs}):
+        own = {k for k, c in pairs if c == command}
+        for other_kind, other in pairs:
+            if other == command and other_kind in own:
+                continue
+            root = _made_by(tmp_path / command.replace(" ", "-") / f"{other_kind}-{other.replace(' ', '-')}",
+                            other_kind, other)
+            before = _snapshot(tmp_path)
+            code, err = _invoke(_writer_argv(command, root, world), tmp_path, monkeypatch, capsys)
+            _refused(code, err, [f"{root}: ", "refusing to write into it"], before, _snapshot(tmp_path))

@@ -10,11 +10,12 @@ from probe_data import make_prompts
 
 from t2i_audit.errors import AuditError
 from t2i_audit.probes import predict_failures, run_probe_stage
+from t2i_audit.ownership import claim_output_dir
 from t2i_audit.rundir import RunDir, append_jsonl, atomic_write_json, atomic_write_jsonl, read_jsonl
 
 
 def _make_run(root, prompts, *, scorer="clip-foil", fail=lambda p: p["slots"]["c1"] in ("red", "blue")):
-    rd = RunDir(root)
+    rd = RunDir(claim_output_dir(root, "run"))  # `probe RUN` writes into a run's folder only
     atomic_write_jsonl(rd.prompts, prompts)
     rows = []
     for p in prompts:

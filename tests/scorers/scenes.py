@@ -9,6 +9,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from t2i_audit.ownership import claim_output_dir
 from t2i_audit.rundir import RunDir
 
 COLORS = {"red": (220, 30, 30), "blue": (30, 60, 220), "green": (30, 180, 60), "yellow": (230, 210, 30)}
@@ -97,7 +98,7 @@ def draw(shapes, size=64) -> Image.Image:
 def make_run(root: Path, scenes, flags=None) -> RunDir:
     """scenes: [(PromptRecord, PIL image)] (several images may share a prompt: samples)."""
     rd = RunDir(root)
-    root.mkdir(parents=True, exist_ok=True)
+    claim_output_dir(root, "run")  # `score RUN` writes into a run's folder only
     prompts, images, sample = {}, [], {}
     for i, (p, im) in enumerate(scenes):
         prompts[p["id"]] = p
