@@ -47,7 +47,10 @@ def run(
 ):
     """Generate, score, probe and report: every stage, resuming work already on disk."""
     from . import api
+    from .cli_checks import require_input
 
+    if config is not None:
+        require_input(config, "--config")
     given = {"model": model, "prompts": [str(p) for p in prompts] if prompts else None, "limit": limit,
              "images_per_prompt": images_per_prompt, "seed": seed, "batch_size": batch_size, "device": device,
              "dtype": dtype, "steps": steps, "guidance": guidance, "size": size,
@@ -163,11 +166,14 @@ def prompts_import(
     vocab: Optional[List[Path]] = typer.Option(None, "--vocab", help="Extra suite YAML whose attribute lists the T2I-CompBench grammar knows."),
     questions_by: Optional[str] = typer.Option(None, "--questions-by", help="Question generator (cards/questioners.yaml: qwen3-8b, tiny-llm; NAME=PATH for a local copy of its model): an LLM writes DSG questions with dependencies for the prompts the grammar declines, once, into the records."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar while --questions-by writes questions."),
 ):
     """Import GenEval, T2I-CompBench or DPG-Bench prompts as PromptRecords (slots, questions, categories)."""
+    from .cli_checks import require_inputs
     from .importers import import_prompts, parse_summary
     from .rundir import atomic_write_jsonl, claim_output_file
 
+    require_inputs(vocab, "--vocab")  # every format: a path given must exist, whether or not it is read
     claim_output_file(out, force=force)  # before the import's (and the question generator's) work
     if questions_by:  # a wrong card name fails before the import's work
         from .importers.llm_questions import LlmQuestioner, generate_questions, questioner_card
@@ -178,7 +184,7 @@ def prompts_import(
     for cat, c in s["categories"].items():
         typer.echo(f"ok  {fmt}/{cat:<24} {c['prompts']:>6} prompts ({c['parsed']} parsed)")
     if questions_by:
-        q = generate_questions(records, questioner, progress=True)
+        q = generate_questions(records, questioner, progress=not quiet)
         why = "; ".join(f"{n}× {r}" for r, n in sorted(q["reasons"].items(), key=lambda x: -x[1]))
         typer.echo(f"questions by {questions_by.partition('=')[0]}: {q['generated']} of {q['asked']} unparsed prompts "
                    f"got DSG questions, {q['fallback']} kept the whole-prompt question{' (' + why + ')' if why else ''}")
@@ -194,6 +200,7 @@ def label_cmd(
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file (default RUN/report/label.html)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress line."),
 ):
     """A self-contained labelling page (opens offline); its export is the CSV `calibrate --labels` reads."""
     from .report.label import render_label_page
@@ -202,7 +209,7 @@ def label_cmd(
     if out is not None:  # the default lies in the run's own report folder
         claim_output_file(out, force=force)
 
-    typer.echo(str(render_label_page(run_dir, n=n, seed=seed, out=out)))
+    typer.echo(str(render_label_page(run_dir, n=n, seed=seed, out=out, progress=not quiet)))
 
 
 def _register_plugins() -> None:

@@ -67,7 +67,7 @@ def probe(
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples (and permutations) for CIs and p-values."),
     probe_backend: str = typer.Option("torch", "--probe-backend",
                                       help="torch (batched on --device; matches scikit-learn) | sklearn (the reference)."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     early: bool = typer.Option(False, "--early", help="Per-image failure probes from the first denoising steps "
                                "(cross-attention maps, pooled blocks) beside the prompt-only, text-encoder and "
                                "x0-preview references; writes probes/early.json and probes/early_probes.json."),
@@ -121,10 +121,13 @@ def predict(
     of: int = typer.Option(4, "--of", help="With --early: seeds per prompt."),
     at: float = typer.Option(0.2, "--at", help="With --early: fraction of the steps run."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines (--early's scan)."),
 ) -> None:
     """Rank never-generated prompts (or, with --early, their seeds) by predicted failure risk, using a run's fitted probe."""
+    from ..cli_checks import require_input
     from . import predict_failures
 
+    require_input(prompts, "--prompts")  # before --from's probe is read: each input named on its own
     _from_folder(from_run, run=False)
     out = out or prompts.with_name(prompts.stem + ".risk.jsonl")
     from ..rundir import claim_output_file
@@ -134,7 +137,8 @@ def predict(
         from .predict import load_prompts
         from .select import scan_only
 
-        ranked = sorted(scan_only(model, load_prompts(prompts), from_run, out, n_of=of, at=at, device=device),
+        ranked = sorted(scan_only(model, load_prompts(prompts), from_run, out, n_of=of, at=at, device=device,
+                                  progress=not quiet),
                         key=lambda r: -r["risk"])
         for r in ranked[:top]:
             typer.echo(f"{r['risk']:.3f}  seed {r['seed']}  {r['text']}")
@@ -211,7 +215,10 @@ def select(
 ) -> None:
     """Seed selection: scan N seeds of each prompt to an early step, finish the K the per-image probe likes."""
     from ..api import make_config
+    from ..cli_checks import require_inputs
     from .select import select_run
+
+    require_inputs(prompts, "--prompts")  # before --from's probes are read: each input named on its own
 
     _from_folder(from_run, run=True)
     model = model or _run_model(from_run)

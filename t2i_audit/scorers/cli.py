@@ -50,7 +50,8 @@ def register(app: typer.Typer) -> None:
         card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML (repeatable)."),
         set_: Optional[List[str]] = typer.Option(None, "--set", help="Card override SCORER.KEY=VALUE."),
         model: Optional[List[str]] = typer.Option(None, "--model", help="SCORER=local folder or repo id."),
-        progress: bool = typer.Option(True, help="Show a progress bar."),
+        progress: bool = typer.Option(True, "--progress/--no-progress", " /--quiet", " /-q",
+                                      help="Show a progress bar (-q/--quiet: none)."),
     ) -> None:
         """Score every image of RUN: one record per (image, question/metric) in scores/<scorer>.jsonl."""
         from ..rundir import RunDir, RunLock
@@ -59,6 +60,9 @@ def register(app: typer.Typer) -> None:
         rd = RunDir(run)
         if not rd.root.is_dir():
             raise AuditError(f"{rd.root}: run directory not found")
+        from ..cli_checks import require_inputs
+
+        require_inputs(card, "--card")
         from ..ownership import require_kind
 
         require_kind(rd.root, "run")  # scores/ and the manifest are written there: a run's folder only
@@ -85,8 +89,10 @@ def register(app: typer.Typer) -> None:
         card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML."),
     ) -> None:
         """List the registered scorers (cards in t2i_audit/cards/scorers, entry points, --card)."""
+        from ..cli_checks import require_inputs
         from . import list_scorers
 
+        require_inputs(card, "--card")
         rows = list_scorers([str(c) for c in card or []])
         if as_json:
             typer.echo(json.dumps(rows, indent=2))
@@ -116,7 +122,10 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="Replace an existing file at --export-sheet (never done otherwise)."),
     ) -> None:
         """Agreement of scorers with labels (accuracy, Cohen's kappa, Kendall tau, Spearman rho, CIs)."""
+        from ..cli_checks import require_inputs
         from .calibrate import calibrate, export_sheet as _export
+
+        require_inputs(card, "--card")  # before any output is written
 
         if export_sheet is None and labels is None:
             raise AuditError("calibrate: give --labels labels.csv or --export-sheet sheet.csv")

@@ -1,0 +1,34 @@
+"""Early checks of a command's input paths, made before any work: a missing path, an empty file or
+an empty folder is named with the option it came from (exit 2), never met later as a traceback or
+silently skipped. The property tests run every command through them (tests/spine/test_command_properties.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Optional
+
+from .errors import AuditError
+
+
+def require_input(path: "Path | str", option: str, kind: str = "file") -> Path:
+    """``path`` as given to ``option``: an existing, non-empty file (``kind="file"``) or folder
+    (``kind="folder"``); refused with the option, the path and what is wrong otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise AuditError(f"{option} {p}: {kind} not found")
+    if kind == "folder":
+        if not p.is_dir():
+            raise AuditError(f"{option} {p}: not a folder")
+        if next(p.iterdir(), None) is None:
+            raise AuditError(f"{option} {p}: empty folder")
+    else:
+        if p.is_dir():
+            raise AuditError(f"{option} {p}: is a folder; give a file")
+        if p.stat().st_size == 0:
+            raise AuditError(f"{option} {p}: empty file")
+    return p
+
+
+def require_inputs(paths: Optional[Iterable["Path | str"]], option: str, kind: str = "file") -> list[Path]:
+    """:func:`require_input` for each of a repeatable option's values (none given: nothing to check)."""
+    return [require_input(p, option, kind) for p in paths or ()]
