@@ -207,7 +207,18 @@ def select(
     keep: int = typer.Option(1, "--keep", help="Seeds finished per prompt (K)."),
     at: float = typer.Option(0.2, "--at", help="Fraction of the steps the scan runs (a step the probes were fitted at)."),
     baseline: bool = typer.Option(True, "--baseline/--no-baseline", help="Also finish K random seeds per prompt, to measure the lift."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Base seed of the scanned seeds; default: the first "
+                                       "one after the --from run's whose seeds that run never generated."),
+    allow_seen: bool = typer.Option(False, "--allow-seen", help="Allow scanning seeds the --from run generated for "
+                                    "the same prompt (its probe was fitted on those images)."),
+    budget: Optional[float] = typer.Option(None, "--budget", help="Denoiser loop iterations per prompt: run the policy "
+                                           "the --from run's selection study picks for this budget (see --study)."),
+    holdout: bool = typer.Option(False, "--holdout", help="With --budget: refit the probe without the scored prompts' "
+                                 "twin groups (the prompts are unseen by it)."),
+    study: bool = typer.Option(False, "--study", help="Run the selection study on the --from run instead: success "
+                               "against cost of every policy and reference (probes/selection.json)."),
+    binding: bool = typer.Option(False, "--binding", help="With --study: also capture per-head maps, raw slot maps, "
+                                 "the CFG gap and x0 colours, and write probes/binding.json (AUROC by step per family)."),
     batch_size: int = typer.Option(4, "--batch-size"),
     device: str = typer.Option("auto", "--device"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
@@ -221,13 +232,27 @@ def select(
     require_inputs(prompts, "--prompts")  # before --from's probes are read: each input named on its own
 
     _from_folder(from_run, run=True)
+    if study:
+        _study(from_run, binding=binding, device=device, quiet=quiet)
+        return
     model = model or _run_model(from_run)
     if not model:
         raise AuditError(f"--from {from_run}: the run does not record its model; pass --model")
     paths = [str(p) for p in prompts] if prompts else [str(Path(from_run) / "prompts.jsonl")]
-    cfg = make_config({"model": model, "prompts": paths, "seed": seed, "batch_size": batch_size, "device": device,
-                       "limit": limit, "out": str(out) if out else None}, "select options")
-    res = select_run(cfg, from_run, n_of=of, keep=keep, at=at, baseline=baseline, progress=not quiet)
+    cfg = make_config({"model": model, "prompts": paths, "seed": seed or 0, "batch_size": batch_size,
+                       "device": device, "limit": limit, "out": str(out) if out else None}, "select options")
+    if budget is not None:
+        from .studies.budget_run import budget_select_run
+
+        _budget_echo(budget_select_run(cfg, from_run, budget=budget, seed=seed, allow_seen=allow_seen,
+                                       holdout=holdout, progress=not quiet))
+        return
+    if seed is None:
+        from .studies.freshness import fresh_base_seed
+
+        cfg = cfg.model_copy(update={"seed": fresh_base_seed(from_run, _expanded(cfg), of)})
+    res = select_run(cfg, from_run, n_of=of, keep=keep, at=at, baseline=baseline, progress=not quiet,
+                     allow_seen=allow_seen)
     c = res["cost"]
     typer.echo(f"selection: {c['selected_total']} of {c['best_of_n_by_final_judge']} loop iterations per prompt "
                f"({c['saved_fraction']:.0%} saved)")
@@ -240,6 +265,60 @@ def select(
     elif "lift" in res:
         typer.echo(f"kept {res['kept_success']:.3f} vs random {res['random_success']:.3f}: lift {res['lift']:+.3f} "
                    f"(CI {res['ci'][0]:+.3f}…{res['ci'][1]:+.3f}, {res['n_prompts']} prompts)")
+
+
+def _expanded(cfg) -> list[dict]:
+    from ..api import expand_suites
+
+    return expand_suites(cfg.prompts, cfg.limit, cfg.seed)
+
+
+def _study(from_run: Path, *, binding: bool, device: str, quiet: bool) -> None:
+    from .studies import pareto
+
+    costs = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "selection_costs.json"
+    if binding:
+        from ..rundir import RunDir
+        from .early import load_early
+        from .studies import binding as binding_study
+        from .studies import trajectory
+
+        rd = RunDir(from_run)
+        _, _, meta = load_early(rd)
+        model = _run_model(from_run)
+        trajectory.extract(rd, model, fractions=meta["fractions"], device="cpu" if device == "auto" else device,
+                           progress=not quiet)
+        binding_study.run(rd, progress=not quiet)
+        typer.echo(f"binding study written to {rd.probes_dir / 'binding.json'}")
+    res = pareto.run(from_run, costs_file=costs if costs.exists() else None, progress=not quiet)
+    typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'}")
+    for cat, r in res["categories"].items():
+        if "skipped" in r:
+            typer.echo(f"  {cat}: skipped ({r['skipped']})")
+            continue
+        h = r.get("headline")
+        if h:
+            g = h["gap_to_whole"]
+            typer.echo(f"  {cat} (pre-registered) {h['policy']}: {h['success']['mean']:.3f} at "
+                       f"{h['cost']['iterations']:.0f} iterations vs whole images {h['whole_images_at_same_cost']['mean']:.3f}"
+                       f": {g['mean']:+.3f} (CI {g['ci'][0]:+.3f}…{g['ci'][1]:+.3f})")
+        for B, b in r["budgets"].items():
+            g = b["gap_to_whole"]
+            typer.echo(f"  {cat} budget {B}: {b['success']['mean']:.3f} (whole images {b['whole_images_at_same_cost']['mean']:.3f}, "
+                       f"{g['mean']:+.3f} CI {g['ci'][0]:+.3f}…{g['ci'][1]:+.3f})")
+
+
+def _budget_echo(res: dict) -> None:
+    typer.echo(f"budget {res['budget']:g} loop iterations per prompt, base seed {res['base_seed']} "
+               f"({res['seeds_seen_by_the_fitted_run']} scanned seeds seen by the --from run"
+               f"{'; probe refitted without these prompts' if res['holdout'] else ''})")
+    for cat, r in res["categories"].items():
+        lift, gap = r["lift_over_random"], r["gap_to_whole"]
+        typer.echo(f"  {cat}: {r['policy']}{' (fell back to whole images)' if r['fell_back_to_whole_images'] else ''}: "
+                   f"{r['success']['mean']:.3f} vs random {r['random_seed']['mean']:.3f} "
+                   f"({lift['mean']:+.3f}, CI {lift['ci'][0]:+.3f}…{lift['ci'][1]:+.3f}) vs whole images at the "
+                   f"same cost {r['whole_images_at_same_cost']['mean']:.3f} ({gap['mean']:+.3f}, CI "
+                   f"{gap['ci'][0]:+.3f}…{gap['ci'][1]:+.3f}), {r['success']['n_prompts']} prompts")
 
 
 def register(app: typer.Typer) -> None:

@@ -216,7 +216,7 @@ def resume_argv(cfg, from_run: Path, *, keep: int, at: float, baseline: bool) ->
 
 
 def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline: bool = True,
-               progress: bool = True, n_boot: int = 1000) -> dict:
+               progress: bool = True, n_boot: int = 1000, allow_seen: bool = False) -> dict:
     """The whole command: lay out the run, scan, choose, finish, score, summarise."""
     from ..api import default_run_dir, expand_suites, prepare_run, prompt_digest, score_stage
     from ..generate import GenSettings, _keep_recorded_plan, load_pipeline, resolve_device
@@ -233,6 +233,9 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
     cfg = cfg.model_copy(update={"images_per_prompt": n_of, "steps": src["steps"], "guidance": src["guidance"],
                                  "size": src["size"], "dtype": src["dtype"], "stages": ["prompts", "generate", "score"]})
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
+    from .studies.freshness import check
+
+    check(from_run, records, n_of, cfg.seed, allow_seen=allow_seen)  # never re-score the probe's training images
     device = resolve_device(cfg.device)
     step = step_at(at, src["steps"])
     for cat in sorted({str(p.get("category")) for p in records}):

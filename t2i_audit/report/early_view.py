@@ -1,10 +1,11 @@
 """The early-prediction section: reads ``probes/early.json``, ``probes/early_risk.jsonl`` (written by
-``t2i-audit probe RUN --early``, t2i_audit/probes/early_stage.py) and a ``selection.json`` at the run's
-root (``t2i-audit select``). Per category: AUROC of the per-image probe by step with its CI band,
-the references beside it (prompt-only, text encoder, x0 preview at the same step, the final image by
-another scorer), the probe minus each reference with a CI, the feature families, held-out seeds;
-the simulated best-of-N selection; the riskiest and safest images by out-of-fold risk with their
-verdicts. Missing or odd files give an empty section, never an error (like probes_view)."""
+``t2i-audit probe RUN --early``, t2i_audit/probes/early_stage.py), a ``selection.json`` at the run's root
+(``t2i-audit select``) and the selection study (report/selection_view.py). Per category: AUROC of the
+per-image probe by step with its CI band, the references beside it (prompt-only, text encoder, x0 preview
+at the same step, the final image by another scorer), the probe minus each reference with a CI, the
+feature families, held-out seeds; the simulated best-of-N selection; the riskiest and safest images by
+out-of-fold risk with their verdicts. Missing or odd files give an empty section, never an error (like
+probes_view)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from ..rundir import read_jsonl
 from . import charts
 from .probes_view import _f  # a number or None (NaN, missing, text)
+from .selection_view import selection_section
 
 REF_COLOURS = {"prompt-only": "#D55E00", "text-encoder": "#009E73", "x0 preview": "#CC79A7"}
 RANKED = 8
@@ -96,8 +98,9 @@ def early_section(rd, thumbs=None, out_dir: Path | None = None, rel=None) -> dic
     probes_dir = rd.probes_dir
     res = _read_json(probes_dir / "early.json")
     selection = _read_json(rd.root / "selection.json")
+    study = selection_section(rd)
     if not isinstance(res, dict) or "categories" not in res:
-        return {"ran": False, "selection_run": selection if isinstance(selection, dict) else None}
+        return {"ran": False, "selection_run": selection if isinstance(selection, dict) else None, "study": study}
     loop = res.get("loop_steps") or 0
     cats, skipped = [], []
     for name, r in sorted(res["categories"].items()):
@@ -109,4 +112,4 @@ def early_section(rd, thumbs=None, out_dir: Path | None = None, rel=None) -> dic
     return {"ran": True, "categories": cats, "skipped": skipped, "loop_steps": loop,
             "labels_from": res.get("labels_from") or {}, "setting": res.get("selection_setting") or {},
             "ranked": ranked, "selection_run": selection if isinstance(selection, dict) else None,
-            "x0_judges": (res.get("features") or {}).get("x0_judges") or {}}
+            "x0_judges": (res.get("features") or {}).get("x0_judges") or {}, "study": study}

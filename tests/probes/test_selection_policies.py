@@ -11,8 +11,8 @@ import pytest
 
 from t2i_audit.probes.studies import budget, costs
 from t2i_audit.probes.studies.clusters import GroupBootstrap, holm
-from t2i_audit.probes.studies.selection import (Staged, Whole, grid, on_curve, policy_from_dict, simulate,
-                                                  whole_curve, whole_success)
+from t2i_audit.probes.studies.selection import (Staged, Whole, WholeMix, grid, on_curve, policy_from_dict,
+                                                  simulate, whole_curve, whole_success)
 
 T = 20
 
@@ -107,11 +107,11 @@ def _world(P=60, S=8, seed=0, informative=True):
 
 
 def test_budget_choice_falls_back_to_whole_images_when_the_probe_is_noise():
-    policies = [Whole(n) for n in range(1, 9)] + grid("probe", [3], T, 8, halving=False)
-    fold = np.repeat(np.arange(5), 12)
+    policies = grid("probe", [3], T, 8, halving=False)
+    fold, groups = np.repeat(np.arange(5), 12), np.repeat(np.arange(30), 2)
     for informative, expect_whole in ((True, False), (False, True)):
         success, risks = _world(informative=informative)
-        got = budget.nested(policies, 40, success, fold, risks, lambda o: risks, T)
+        got = budget.nested(policies, 40, success, fold, groups, risks, lambda o: risks, T)
         assert all(c["iterations"] <= 40 for c in got["chosen"])
         if expect_whole:  # a random ranking is no better than one random seed: best of 2 whole images wins
             assert all(c["whole_images"] for c in got["chosen"])
@@ -119,6 +119,25 @@ def test_budget_choice_falls_back_to_whole_images_when_the_probe_is_noise():
         else:  # a ranking that knows the verdict beats two whole images at 40 iterations
             assert not any(c["whole_images"] for c in got["chosen"])
             assert got["success"].mean() > whole_success(success, 2).mean()
+    # between two image counts the fall-back is the mix: exactly on the whole-image curve
+    success, risks = _world(informative=False)
+    got = budget.nested(policies, 30, success, fold, groups, risks, lambda o: risks, T)
+    assert all(c["whole_images"] for c in got["chosen"])
+    assert np.allclose(got["success"], on_curve(whole_curve(success, T), 30))
+
+
+def test_a_probe_policy_that_wins_by_luck_falls_back():
+    """Best on the training prompts by a hair, not by the one-sided 95 % margin: whole images are run."""
+    success, risks = _world(informative=False, seed=3)
+    rows = np.arange(60)
+    groups = np.repeat(np.arange(30), 2)
+    cands = budget.candidates(grid("probe", [3], T, 8, halving=False), 36, T, 8)
+    means = {p: simulate(p, success, risks).mean() for p in cands}
+    best = max(means, key=means.get)
+    pick, fell_back = budget.choose(cands, success, risks, rows, groups, T)
+    assert not isinstance(pick, Staged)
+    assert fell_back == isinstance(best, Staged)
+    assert WholeMix(36.0, T) in cands and WholeMix(36.0, T).cost(T) == costs.Cost(36, 1.8, 1.6)  # one image needs no judge
 
 
 def test_budget_choice_never_looks_at_the_fold_it_scores():
@@ -131,8 +150,8 @@ def test_budget_choice_never_looks_at_the_fold_it_scores():
         masked = risks["probe"][3].copy()
         masked[fold == o] = np.nan  # a choice that read these would get NaN means and fail loudly
         return {"probe": {3: masked}}
-    policies = [Whole(1), Whole(2), Staged("probe", 6, ((3, 1),))]
-    got = budget.nested(policies, 40, success, fold, risks, inner, T)
+    policies = [Staged("probe", 6, ((3, 1),))]
+    got = budget.nested(policies, 40, success, fold, np.arange(60), risks, inner, T)
     assert sorted(seen) == [0, 1, 2, 3, 4] and np.isfinite(got["success"]).all()
 
 

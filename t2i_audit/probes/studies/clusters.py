@@ -45,10 +45,28 @@ class GroupBootstrap:
         out = {"mean": float(np.nanmean(v)), "ci": [float(lo), float(hi)], "n_prompts": int(np.isfinite(v).sum()),
                "n_groups": int(len(self.codes))}
         if null is not None:
-            b = boots[np.isfinite(boots)]
-            p = 2 * min((b <= null).mean(), (b >= null).mean()) if len(b) else np.nan
-            out["p"] = float(max(min(p, 1.0), 1.0 / max(len(b), 1)))
+            out["p"] = normal_p(out["mean"] - null, float(np.nanstd(boots)))
         return out
+
+
+def normal_p(diff: float, se: float) -> float:
+    """Two-sided p of ``diff`` = 0 from its bootstrap standard error (normal approximation). A percentile count
+    cannot go below 1 / resamples, which no correction over hundreds of tests could ever pass."""
+    from scipy.stats import norm
+
+    if not np.isfinite(diff) or not np.isfinite(se):
+        return float("nan")
+    if se == 0:
+        return 1.0 if diff == 0 else 0.0
+    return float(2 * norm.sf(abs(diff) / se))
+
+
+def p_from_ci(diff: float, ci, confidence: float = 0.95) -> float:
+    """``normal_p`` with the standard error read off a percentile CI (its width / 2 z)."""
+    from scipy.stats import norm
+
+    lo, hi = ci
+    return normal_p(diff, (hi - lo) / (2 * norm.ppf(0.5 + confidence / 2)))
 
 
 def holm(pvalues: dict) -> dict:

@@ -6,7 +6,8 @@ a policy that uses ``n ≤ S`` seeds is averaged over **every** n-subset of them
 have drawn), so a number carries no luck of which seeds came first.
 
 * ``Whole(n)`` — n images in full; the final judge keeps a passing one if any (n = 1: one random seed,
-  no judge). Expected success ``1 − C(F, n) / C(S, n)`` for F failing seeds of S.
+  no judge). Expected success ``1 − C(F, n) / C(S, n)`` for F failing seeds of S. ``WholeMix`` — between
+  n and n + 1 images, a seeded coin per prompt: the whole-image curve at any budget.
 * ``Staged(score, n_of, rungs)`` — scan n_of seeds; at each rung ``(loop index, survivors)`` keep the
   survivors with the lowest risk by ``score`` read at that step (ties: the lower sample index, as
   ``select.choose``); the last survivors are finished; more than one, and the final judge keeps a passing
@@ -51,6 +52,46 @@ class Whole:
 
 
 @dataclass(frozen=True)
+class WholeMix:
+    """Whole images at a budget between n and n + 1 images: per prompt, n + 1 with probability t (a seeded
+    coin), else n — the whole-image curve's value at that budget, achieved on average."""
+    iterations: float
+    steps: int
+
+    @property
+    def n(self) -> int:
+        return int(self.iterations // self.steps)
+
+    @property
+    def t(self) -> float:
+        return self.iterations / self.steps - self.n
+
+    @property
+    def name(self) -> str:
+        return f"whole images mixed: {self.n} or {self.n + 1} ({self.t:.0%}), final judge"
+
+    @property
+    def family(self) -> str:
+        return "whole images"
+
+    def cost(self, steps: int) -> Cost:
+        lo, hi = whole_images(self.n, steps), whole_images(self.n + 1, steps)
+        return Cost(*(a * (1 - self.t) + b * self.t for a, b in
+                      zip((lo.iterations, lo.decodes, lo.judge_calls), (hi.iterations, hi.decodes, hi.judge_calls))))
+
+    def as_dict(self) -> dict:
+        return {"kind": "whole-mix", "iterations": self.iterations, "steps": self.steps}
+
+
+def whole_at(budget: float, steps: int, S: int) -> list:
+    """The whole-image candidates within ``budget``: best of n (n·T ≤ budget) and, between two counts, the mix."""
+    out = [Whole(n) for n in range(1, S + 1) if n * steps <= budget + 1e-9]
+    if steps <= budget < S * steps and abs(budget / steps - round(budget / steps)) > 1e-9:
+        out.append(WholeMix(float(budget), steps))
+    return out
+
+
+@dataclass(frozen=True)
 class Staged:
     score: str
     n_of: int
@@ -83,9 +124,11 @@ class Staged:
                 "continued": self.continued}
 
 
-def policy_from_dict(d: Mapping) -> Whole | Staged:
+def policy_from_dict(d: Mapping) -> Whole | WholeMix | Staged:
     if d.get("kind") == "whole":
         return Whole(int(d["n"]))
+    if d.get("kind") == "whole-mix":
+        return WholeMix(float(d["iterations"]), int(d["steps"]))
     return Staged(str(d["score"]), int(d["n_of"]), tuple((int(s), int(k)) for s, k in d["rungs"]),
                   bool(d.get("continued", True)))
 
@@ -121,6 +164,8 @@ def simulate(policy, success: np.ndarray, risks: Mapping[str, Mapping[int, np.nd
     """Per-prompt expected success of ``policy`` (``risks``: score name → loop step → (prompts, S))."""
     if isinstance(policy, Whole):
         return whole_success(success, policy.n)
+    if isinstance(policy, WholeMix):
+        return (1 - policy.t) * whole_success(success, policy.n) + policy.t * whole_success(success, policy.n + 1)
     return staged_success(success, risks[policy.score], policy)
 
 

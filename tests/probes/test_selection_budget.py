@@ -1,0 +1,191 @@
+"""`select --study` and `select --budget` end to end on the shipped mini generator (a 36-prompt × 4-seed fitted
+run at 6 steps; select on --limit 6), on the SD 1.5 twin (plumbing: random weights), and the refusal of seeds
+the fitted run used."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from t2i_audit import api, stats
+from t2i_audit.cli import app
+from t2i_audit.errors import AuditError
+from t2i_audit.generate import image_seed
+from t2i_audit.probes.studies import budget_run, freshness
+from t2i_audit.probes.studies.selection import Staged, Whole
+from t2i_audit.rundir import RunDir, read_jsonl
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory, repo_root):
+    from t2i_audit.probes.early_stage import run_early_stage
+    from t2i_audit.probes.studies import pareto
+
+    out = tmp_path_factory.mktemp("fit") / "run"
+    # whole twin groups: 8 spatial and 6 colour-binding pairs (a prompt and its swap twin), 8 colour prompts
+    records = api.expand_suites([str(repo_root / "prompts/mini.yaml")])
+    picked = []
+    for cat, n_groups in (("spatial", 8), ("color_binding", 6), ("color", 8)):
+        groups: dict = {}
+        for p in (r for r in records if r["category"] == cat):
+            groups.setdefault(p.get("twin_id") or p["id"], []).append(p)
+        picked += [p for g in list(groups.values())[:n_groups] for p in g]
+    src = out.parent / "prompts.jsonl"
+    src.write_text("".join(json.dumps(p) + "\n" for p in picked))
+    cfg = api.make_config(dict(model="mini", prompts=[str(src)], images_per_prompt=4, steps=STEPS,
+                               stages=["prompts", "generate", "score"], out=str(out), device="cpu"))
+    rd = RunDir(api.run_audit(cfg, progress=False))
+    with pytest.MonkeyPatch.context() as mp:  # 15 prompts a category are "too few" for a printed AUROC
+        mp.setattr(stats, "MIN_PER_CLASS", 1)
+        mp.setattr(stats, "MIN_UNITS", 1)
+        run_early_stage(rd, model="mini", fractions=(0.2, 0.5), n_boot=20, progress=False)
+    pareto.run(rd, n_boot=100, n_splits=3, budgets=(10, 14, 24), progress=False)
+    return rd
+
+
+def test_study_curves_controls_and_runnable_outcomes(fitted):
+    res = json.loads((fitted.probes_dir / "selection.json").read_text())
+    assert res["loop_steps"] == STEPS and res["seeds_per_prompt"] == 4 and res["steps"] == [1, 2]
+    assert res["preregistered"]["registered_on"] == "2026-12-05" and len(res["preregistered"]["file_sha256"]) == 64
+    fitted_cats = [c for c, r in res["categories"].items() if "policies" in r]
+    assert fitted_cats
+    for cat in fitted_cats:
+        r = res["categories"][cat]
+        whole = [w["mean"] for w in r["whole_images"]]
+        assert len(whole) == 4 and all(a <= b + 1e-12 for a, b in zip(whole, whole[1:]))  # more images never hurt
+        fams = {p["family"] for p in r["policies"]}
+        assert {"random", "whole images", "probe", "x0", "x0-fitted"} <= fams
+        for p in r["policies"]:
+            assert 0 <= p["success"] <= 1 and p["cost"]["iterations"] > 0
+        assert set(r["budgets"]) == {str(b) for b in res["budgets"]}
+        assert {"auroc", "lift_over_random"} <= set(r["permutation_control"])
+        assert "seen prompts" in r["seen_vs_unseen"] and "unseen prompts" in r["seen_vs_unseen"]
+    # the headline scans 6 seeds: this run has 4, so it says so instead of a number
+    assert "skipped" in res["categories"]["spatial"]["headline"]
+    rows = list(read_jsonl(fitted.probes_dir / "selection_outcomes.jsonl"))
+    kinds = {json.dumps(r["policy"], sort_keys=True) for r in rows}
+    assert any('"whole"' in k for k in kinds) and any('"staged"' in k for k in kinds)
+    assert all('"rungs": [[' in k and k.count("], [") == 0 for k in kinds if '"staged"' in k)  # one rung: runnable
+
+
+def test_seen_seeds_are_refused(fitted, tmp_path):
+    prompts = fitted.read_prompts()[:3]
+    assert freshness.check(fitted.root, prompts, 4, 1) == 0
+    with pytest.raises(AuditError, match="--allow-seen"):
+        freshness.check(fitted.root, prompts, 4, 0)
+    assert freshness.check(fitted.root, prompts, 4, 0, allow_seen=True) == 12
+    assert freshness.fresh_base_seed(fitted.root, prompts, 4) == 1
+    res = CliRunner().invoke(app, ["select", "--from", str(fitted.root), "--limit", "6", "--budget", "10",
+                                   "--seed", "0", "--out", str(tmp_path / "sel")])
+    assert isinstance(res.exception, AuditError)  # cli.main prints it as "error: …", exit 2
+    assert "images of the --from run" in str(res.exception) and "--allow-seen" in str(res.exception)
+    assert not (tmp_path / "sel").exists()  # refused before any work
+    res = CliRunner().invoke(app, ["select", "--from", str(fitted.root), "--limit", "6", "--of", "2",
+                                   "--seed", "0", "--out", str(tmp_path / "old")])
+    assert isinstance(res.exception, AuditError) and "--allow-seen" in str(res.exception)  # the --of path too
+
+
+def _check_budget_run(out, fitted_root, limit: int, loop_steps: int):
+    res = json.loads((out / "selection.json").read_text())
+    rd = RunDir(out)
+    rows = list(read_jsonl(out / "selection.jsonl"))
+    images = {(r["prompt_id"], r["sample"]): r for r in rd.read_images()}
+    # every finished seed is on disk, nothing else is; no seed of the fitted run was scanned
+    assert {(r["prompt_id"], r["sample"]) for r in rows if r["roles"]} == set(images)
+    used, _ = freshness.used_seeds(fitted_root)
+    assert not {(r["prompt_id"], r["seed"]) for r in rows} & used
+    assert all(r["seed"] == image_seed(r["prompt_id"], r["sample"], res["base_seed"]) for r in rows)
+    # what the denoiser actually ran equals the accounting: every scanned seed to its step, finished ones on
+    spent = res["spent"]
+    assert spent["loop_iterations"] == pytest.approx(spent["loop_iterations_expected"])
+    assert spent["vae_decodes"] == len(images) and spent["judge_calls"] == len(images)
+    assert res["n_prompts"] == limit and sum(c["success"]["n_prompts"] for c in res["categories"].values()) == limit
+    return res, rows
+
+
+def test_select_budget_end_to_end_on_mini(fitted, tmp_path):
+    out = tmp_path / "sel"
+    res = CliRunner().invoke(app, ["select", "--from", str(fitted.root), "--limit", "6", "--budget", "10",
+                                   "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    got, _ = _check_budget_run(out, fitted.root, 6, STEPS)
+    assert got["base_seed"] == 1 and got["seeds_seen_by_the_fitted_run"] == 0
+    for cat, c in got["categories"].items():
+        assert c["chosen_on_prompts"] >= 5 and c["cost_per_prompt"]["iterations"] <= 10
+    assert "budget 10 loop iterations per prompt, base seed 1" in res.output
+
+
+def test_a_probe_policy_scans_ranks_and_continues(fitted, tmp_path, monkeypatch):
+    """The probe path with the choice fixed (the choice itself is tested in test_selection_policies): per prompt
+    3 seeds scanned to step 2 of 6, the lowest-risk one continued, a random one and the whole-image baseline too;
+    the unseen-prompt mode refits the probe without the scored prompts' twin groups."""
+    pol = Staged("probe", 3, ((1, 1),))
+    monkeypatch.setattr(budget_run, "choose_for_budget", lambda f, b, records: {
+        str(c): {"policy": pol, "fell_back": False, "prompts": 0, "expected_success_there": 0.0}
+        for c in {p.get("category") for p in records}})
+    cfg = api.make_config(dict(model="mini", prompts=[str(fitted.prompts)], limit=4, out=str(tmp_path / "sel"),
+                               device="cpu"))
+    res = budget_run.budget_select_run(cfg, fitted.root, budget=10, holdout=True, progress=False, n_boot=50)
+    got, rows = _check_budget_run(tmp_path / "sel", fitted.root, 4, STEPS)
+    assert res["holdout"] and res["fitted_images_left_out"] > 0 and res["prompts_seen_by_the_probe"] == 0
+    assert pol.cost(STEPS).iterations == 3 * 2 + 4 == got["categories"][next(iter(got["categories"]))][
+        "cost_per_prompt"]["iterations"]
+    for pid in {r["prompt_id"] for r in rows}:
+        mine = sorted((r for r in rows if r["prompt_id"] == pid), key=lambda r: r["sample"])
+        assert len(mine) == 3 and all(r["scan_step"] == 1 for r in mine)
+        kept = [r["sample"] for r in mine if "kept" in r["roles"]]
+        assert kept == [min(mine[:3], key=lambda r: (r["risk"], r["sample"]))["sample"]]
+        assert sum("random" in r["roles"] for r in mine) == 1
+        assert [r["sample"] for r in mine if "whole" in r["roles"]] in ([0], [0, 1])  # 10 iterations: 1 or 2 images
+
+
+TINY_SUITE = """suite: tiny-budget
+version: 1
+concepts:
+  objects: {family: object, values: [apple, cup, dog]}
+  colors: {family: color, values: [red, blue, green]}
+templates:
+  - {name: single, category: color, text: "a photo of {c1.a} {o1}", slots: {c1: colors, o1: objects},
+     expect: {objects: [{id: o1, color: c1}]}}
+"""
+
+
+def test_select_budget_on_a_tiny_twin(tmp_path):
+    """The SD 1.5 twin (random weights: the probe and the study's outcomes are synthetic here — this proves the
+    plumbing of scan, snapshot, continuation, score and accounting on another family, not a prediction)."""
+    from t2i_audit.probes.early import extract_early_features, load_early
+    from t2i_audit.probes.early_stage import _clean
+    from t2i_audit.probes.linear import onehot_constituents
+    from t2i_audit.probes.per_image import design, export_probe
+    from t2i_audit.rundir import atomic_write_json, atomic_write_jsonl
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(TINY_SUITE)
+    cfg = api.make_config(dict(model="tiny-sd", prompts=[str(suite)], images_per_prompt=2, steps=3,
+                               stages=["prompts", "generate"], out=str(tmp_path / "src"), device="cpu"))
+    src = RunDir(api.run_audit(cfg, progress=False))
+    meta = extract_early_features(src, "tiny-sd", fractions=(0.5,), previews=False, progress=False)
+    arrays, rows, _ = load_early(src)
+    by_id = {p["id"]: p for p in src.read_prompts()}
+    onehot, names = onehot_constituents([by_id[pid] for pid, _ in rows])
+    X = design(arrays, 1, "probe", slice(None), onehot)
+    probe = export_probe(X, np.arange(len(rows)) % 2, np.array([pid for pid, _ in rows]))
+    src.probes_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(src.probes_dir / "early_probes.json", _clean(
+        {"onehot": names, "steps": meta["steps"], "settings": meta["settings"], "categories": {"color": {"t001": probe}}}))
+    pol = Staged("probe", 2, ((1, 1),))
+    atomic_write_json(src.probes_dir / "selection.json", {"loop_steps": 3, "seeds_per_prompt": 2})
+    outcomes = [{"category": "color", "prompt_id": p["id"], "group": p["composition"], "policy": q.as_dict(),
+                 "iterations": q.cost(3).iterations, "success": s}
+                for p in src.read_prompts() for q, s in ((Whole(1), 0.0), (Whole(2), 0.0), (pol, 1.0))]
+    atomic_write_jsonl(src.probes_dir / "selection_outcomes.jsonl", outcomes)
+    out = tmp_path / "sel"
+    cfg = api.make_config(dict(model="tiny-sd", prompts=[str(src.prompts)], limit=3, out=str(out), device="cpu"))
+    res = budget_run.budget_select_run(cfg, src.root, budget=5, progress=False, n_boot=20)
+    assert res["categories"]["color"]["policy"] == pol.name  # clearly ahead of whole images on the other prompts
+    _check_budget_run(out, src.root, 3, 3)
