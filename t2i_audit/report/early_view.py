@@ -23,9 +23,11 @@ RANKED = 8
 
 
 def _auc(block: dict | None) -> tuple:
+    """(AUROC, CI low, CI high, why it is not a number): the study stores "too few" (stats.too_few) or skips."""
     a = (block or {}).get("auroc") or {}
+    a = a if isinstance(a, dict) else {}
     ci = a.get("ci") or [None, None]
-    return _f(a.get("auroc")), _f(ci[0]), _f(ci[1])
+    return _f(a.get("auroc")), _f(ci[0]), _f(ci[1]), a.get("too_few") or (block or {}).get("skipped")
 
 
 def _read_json(path: Path):
@@ -55,15 +57,17 @@ def _category(name: str, r: dict, loop_steps: int) -> dict:
         for ref in ref_names:
             d = ((c.get("references") or {}).get(ref) or {}).get("probe_minus_reference") or {}
             ci = d.get("ci") or [None, None]
+            ref_auc = _auc((c.get("references") or {}).get(ref))
             diffs.append({"ref": ref, "diff": _f(d.get("diff")), "lo": _f(ci[0]), "hi": _f(ci[1]),
-                          "ref_auroc": _auc((c.get("references") or {}).get(ref))[0]})
+                          "ref_auroc": ref_auc[0], "too_few": _auc(c)[3] or ref_auc[3]})
         sel = fams["probe"].get("selection") or {}
         rows.append({"step": t, "x": f"{st.get('iterations')}/{loop_steps}", "fraction": _f(st.get("fraction")),
                      "probe": _auc(c), "attention": _auc(fams["attention"]["compositions"]),
                      "pooled": _auc(fams["pooled"]["compositions"]), "seeds": _auc(fams["probe"]["seeds"]),
+                     "seeds_skipped": fams["probe"]["seeds"].get("skipped"),
                      "with_x0": _auc((fams.get("probe+x0") or {}).get("compositions")),
                      "diffs": diffs, "selection": sel,
-                     "types": {k: _f(v.get("auroc")) for k, v in (fams["probe"].get("by_failure_type") or {}).items()}})
+                     "types": {k: _auc({"auroc": v}) for k, v in (fams["probe"].get("by_failure_type") or {}).items()}})
     vals = [v for s in series for v in s["ys"] if v is not None]
     chart = charts.line_chart(xs, series, y_range=(math.floor(min([0.4] + vals) * 10) / 10, 1.0),
                               y_label="AUROC", x_label="denoising steps read", refs=[(0.5, "chance 0.5")])

@@ -17,7 +17,7 @@ import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from .. import analysis
+from .. import analysis, stats
 from . import charts
 from .early_view import early_section
 from .probes_view import probes_section
@@ -40,6 +40,7 @@ def environment() -> Environment:
     env.filters["tojson_attr"] = lambda v: json.dumps(v, ensure_ascii=False)
     env.filters["diff_bar"] = lambda d: charts.diff_bar(d["diff"], d["lo"], d["hi"], significant=d.get("significant", False))
     env.filters["signed"] = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.1%}"
+    env.globals["too_few"] = stats.too_few  # the one small-sample rule for every AUROC, rate and κ shown
     env.globals["rate_colour"] = charts.rate_colour
     env.globals["failure_colour"] = charts.failure_colour
     return env
@@ -99,6 +100,9 @@ def _num_key(v: str):
 def _cell(r: dict | None) -> dict:
     if r is None:
         return {"text": "", "bg": "#f1f1f4", "fg": "#999", "title": "no data"}
+    why = stats.too_few("rate", n=int(r["n"]), items="questions")
+    if why:  # the counts, never a rate: grey like no data
+        return {"text": f"{r['k']}/{r['n']}", "bg": "#f1f1f4", "fg": "#777", "title": f"{r['k']}/{r['n']}: {why}"}
     bg, fg = charts.rate_colour(r["rate"])
     return {"text": f"{r['rate']:.0%}", "bg": bg, "fg": fg,
             "title": f"{r['k']}/{r['n']} = {r['rate']:.1%} [{r['lo']:.0%}, {r['hi']:.0%}]"}

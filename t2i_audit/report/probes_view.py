@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from .. import stats
 from ..rundir import read_jsonl
 from ..safeload import read_cache_json
 from . import charts
@@ -113,6 +114,9 @@ def failure_prediction(rows: list[dict]) -> list[dict]:
         j = max(scored)[1] if scored else None
         top = by[layers[j]] if j is not None else {}
         diff = top.get("auroc_diff") if isinstance(top.get("auroc_diff"), dict) else {}
+        n, units = top.get("n"), top.get("n_compositions")  # the one small-sample rule (stats.too_few)
+        few = stats.auroc_too_few(n if isinstance(n, int) else None, _f(top.get("failure_rate")),
+                                  units if isinstance(units, int) else None)
         out.append({"encoder": enc, "pooling": pool,
                     "chart": charts.line_chart(layers, series, y_range=(math.floor(min([0.4] + vals) * 10) / 10, 1.0),
                                                y_label="AUROC", refs=[(0.5, "chance 0.5")]),
@@ -122,7 +126,7 @@ def failure_prediction(rows: list[dict]) -> list[dict]:
                              "baseline_ci": base[j][1] if j is not None else (None, None),
                              "diff": _f(diff.get("diff")), "diff_ci": _ci(diff.get("ci")),
                              "p": _f(diff.get("p")), "verdict": top.get("verdict"),
-                             "n": top.get("n")}})
+                             "n": top.get("n"), "too_few": few}})
     return out
 
 

@@ -384,3 +384,16 @@ def test_the_small_sample_rule_at_its_edges():
     assert stats.auroc_or_too_few(y, s, groups=groups, n_boot=50) == stats.auroc_ci(y, s, groups=groups, n_boot=50)
     few = stats.auroc_or_too_few(y[:16], s[:16], groups=groups[:16], n_boot=50)
     assert few["auroc"] is None and few["n"] == 16 and few["too_few"].startswith("too few: 16 images, 4 in the smaller")
+
+
+def test_the_report_says_too_few_instead_of_a_number(early_run, tmp_path):
+    """The same rule on the page: 8 images make no success rate, 4 images no AUROC (before: "62.5%", AUROCs)."""
+    from t2i_audit.report import render_report
+
+    page = render_report(early_run[0], out_dir=tmp_path / "rep", progress=False).read_text()
+    hero = page[page.index('class="stat big"'):page.index('<span class="label">prompts</span>')]
+    assert "too few" in hero and "%" not in hero, hero
+    early = page[page.index('id="early"'):]
+    early = early[:early.index("</section>")]
+    assert 'title="too few: 4 images, 1 in the smaller class' in early and "not evaluated" in early
+    assert ">nan<" not in page.lower() and "nan%" not in page.lower()  # ("nan" is also an image flag's name)
