@@ -8,7 +8,9 @@ run's recorded settings and stopped after the last step read (``run_hooked(stop_
 * ``CFGGap`` — the denoiser's output halves ``[uncond, cond]`` (families.yaml ``cfg_batch``): the gap
   ``‖ε_c − ε_u‖`` over channels per latent pixel at the steps read, and its mean square at *every* step up
   to the last (accumulated: CFG-Rejection's ASD). v-prediction outputs are turned into ε differences by
-  ``ε = α_t v + σ_t x_t`` (diffusers' DDIM ``step``: the x_t term cancels, so ε_c − ε_u = α_t (v_c − v_u));
+  ``ε = α_t v + σ_t x_t`` (diffusers' DDIM ``step``: the x_t term cancels, so ε_c − ε_u = α_t (v_c − v_u)).
+  With zero terminal SNR (the mini scheduler's ``rescale_betas_zero_snr``) α_t = 0 at the first step, so the
+  gap is 0 there for every prompt: the accumulated gap starts at the second step;
 * the x0 preview (``preview.PreviewRecorder``, decoded as the pipeline decodes).
 
 ``binding_features`` reduces them per image and step; stored as ``activations/trajectory/<family>__t<step>.npy``
