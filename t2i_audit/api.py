@@ -18,7 +18,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -54,6 +54,11 @@ class RunConfig(BaseModel):
     probe_model: Optional[str] = None  # None: the generating model
     stages: list[str] = list(STAGES)
     out: Optional[str] = None
+    # how the GPU makes the images, not what they show (generate.py): torch.compile of the denoiser, CPU
+    # offload ("none" | "model" | "sequential"; None: the card's when the weights do not fit), tiled VAE decode
+    compile: bool = False
+    offload: Optional[Literal["none", "model", "sequential"]] = None
+    vae_tiling: Optional[bool] = None
 
     def fingerprint(self, card=None) -> str:
         """Hash of what changes the output (not where it goes, not which stages run now).
@@ -75,7 +80,7 @@ class RunConfig(BaseModel):
 
 # where a run goes, which stages run now, on which device and how many at once: none changes what is made
 # (a resume keeps the batch size it was planned with: generate._keep_recorded_plan)
-NOT_IDENTITY = {"out", "stages", "device", "batch_size"}
+NOT_IDENTITY = {"out", "stages", "device", "batch_size", "compile", "offload", "vae_tiling"}
 
 
 def prompt_digest(records: list[dict]) -> str:
@@ -222,7 +227,7 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
             s = resolved_settings(cfg, card)
             gen = GenSettings(steps=s["steps"], guidance=s["guidance"], size=s["size"], dtype=s["dtype"],
                               device=device, batch_size=cfg.batch_size, images_per_prompt=cfg.images_per_prompt,
-                              seed=cfg.seed)
+                              seed=cfg.seed, compile=cfg.compile, offload=cfg.offload, vae_tiling=cfg.vae_tiling)
             with _recorded(run, "generate", state.is_main_process):
                 generate_images(run, records, card, gen, state=state, progress=progress)
         main = state.is_main_process
@@ -230,7 +235,7 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         if "score" in cfg.stages:
             chosen = cfg.scorers if cfg.scorers is not None else (list(card.scorers) or None)
             with _recorded(run, "score", main):  # every process scores its share; the main one merges
-                score_stage(run, chosen, categories, device=device, batch_size=cfg.batch_size,
+                score_stage(run, chosen, categories, device=device, batch_size=score_batch_size(cfg, device),
                             progress=progress, tiny=card.tiny, state=state)
         if "probe" in cfg.stages:
             with _recorded(run, "probe", main):  # every process extracts its share; the main one fits
@@ -244,6 +249,16 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
                 # each category's verdicts come from its deciding scorer (t2i_audit.deciding)
                 report_stage(run, progress=progress)
     return run.root
+
+
+GPU_SCORE_BATCH = 16  # images a judge sees per forward on an accelerator (scorers/stage.py DEFAULT_BATCH_SIZE)
+
+
+def score_batch_size(cfg: RunConfig, device: str) -> int:
+    """The run's scoring batch: the generation batch on CPU (as always); on an accelerator at least
+    GPU_SCORE_BATCH images, so a judge's forward fills the device instead of waiting on 4 images at a time
+    (a run keeps the batch its scoring was planned with: scorers/stage.py keep_recorded_plan)."""
+    return cfg.batch_size if device == "cpu" else max(cfg.batch_size, GPU_SCORE_BATCH)
 
 
 @contextlib.contextmanager

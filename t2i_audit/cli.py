@@ -43,6 +43,9 @@ def run(
     scorer: Optional[List[str]] = typer.Option(None, "--scorer", help="Scorer(s) to run (default: per category)."),
     stages: Optional[str] = typer.Option(None, help="Comma-separated subset of prompts,generate,score,probe,report."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default runs/<model>_<suite>_<hash>)."),
+    compile_: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the denoiser (GPU: faster after a compile of minutes; its time is recorded)."),
+    offload: Optional[str] = typer.Option(None, "--offload", help="none | model | sequential CPU offload (default: the card's, only when the weights do not fit the GPU)."),
+    vae_tiling: Optional[bool] = typer.Option(None, "--vae-tiling/--no-vae-tiling", help="Decode in tiles (large sizes on small GPUs; default: the card's)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ):
     """Generate, score, probe and report: every stage, resuming work already on disk."""
@@ -55,7 +58,8 @@ def run(
              "images_per_prompt": images_per_prompt, "seed": seed, "batch_size": batch_size, "device": device,
              "dtype": dtype, "steps": steps, "guidance": guidance, "size": size,
              "scorers": list(scorer) if scorer else None,
-             "stages": stages.split(",") if stages else None, "out": str(out) if out else None}
+             "stages": stages.split(",") if stages else None, "out": str(out) if out else None,
+             "compile": compile_, "offload": offload, "vae_tiling": vae_tiling}
     if config is not None:
         cfg = api.load_config(config, **given)
     else:

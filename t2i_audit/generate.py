@@ -10,7 +10,13 @@ whole planned batches, writing only the members that are missing or damaged. Sam
 thread count, same config ⇒ the same bytes, whatever the resume history or process count; each
 record names its batch. Processes take whole batches (``split_between_processes``), write PNGs
 atomically and append their records to their own shard after each batch; the main process merges
-the shards into images.jsonl. A kill loses at most the batch in flight.
+the shards into images.jsonl. A kill loses at most the batches in flight: PNG encoding and record
+writing run on one background thread (image_writer.BatchWriter) while the next batch is denoised.
+
+GPU options, none of which changes what an image shows: ``compile`` (torch.compile of the denoiser, its
+compile time recorded), ``offload`` (accelerate CPU offload when the weights do not fit the GPU) and
+``vae_tiling`` (tiled decode for large sizes on small GPUs). The VAE decodes in float32 where a float16
+run would overflow it (:func:`vae_decode_dtype`).
 """
 
 from __future__ import annotations
@@ -45,6 +51,9 @@ class GenSettings:
     batch_size: int = 4
     images_per_prompt: int = 1
     seed: int = 0
+    compile: bool = False  # torch.compile the denoiser
+    offload: Optional[str] = None  # None: the card's, if the weights do not fit; "none" | "model" | "sequential"
+    vae_tiling: Optional[bool] = None  # None: the card's
 
 
 def image_seed(prompt_id: str, sample: int, base_seed: int) -> int:
@@ -102,7 +111,10 @@ def effective_dtype(dtype: str, device: str) -> tuple[str, Optional[str]]:
     return dtype, None
 
 
-def load_pipeline(card: ModelCard, device: str, dtype: str):
+def load_pipeline(card: ModelCard, device: str, dtype: str, *, offload: Optional[str] = None,
+                  vae_tiling: Optional[bool] = None):
+    """The card's pipeline on ``device`` in ``dtype``; ``pipe.t2i_placement`` says how it was placed (offload,
+    VAE tiling, the dtype each component runs in and why)."""
     import torch
     import transformers
     from diffusers import DiffusionPipeline
@@ -121,10 +133,103 @@ def load_pipeline(card: ModelCard, device: str, dtype: str):
     except (OSError, ValueError) as e:
         raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {e}") from None
     pipe.set_progress_bar_config(disable=True)
-    pipe = pipe.to(device)
-    if card.vae_dtype:
-        decode_vae_in(pipe, card.vae_dtype)
+    placement = {"offload": place_pipeline(pipe, card, device, offload)}
+    vae_dtype, why, ours = vae_decode_dtype(card, pipe, dtype)
+    if ours and vae_dtype != dtype:
+        decode_vae_in(pipe, vae_dtype)
+    placement["dtypes"] = {"denoiser": dtype, "text_encoders": dtype, "vae": vae_dtype, "vae_why": why}
+    tiling = card.vae_tiling if vae_tiling is None else vae_tiling
+    if tiling:
+        if not hasattr(getattr(pipe, "vae", None), "enable_tiling"):
+            raise AuditError(f"--vae-tiling: {type(getattr(pipe, 'vae', None)).__name__} has no tiled decode")
+        pipe.vae.enable_tiling()
+    placement["vae_tiling"] = bool(tiling)
+    pipe.t2i_placement = placement
     return pipe
+
+
+OFFLOADS = ("none", "model", "sequential")
+
+
+def component_bytes(pipe) -> dict[str, int]:
+    """Bytes of the parameters and buffers of each torch component of the pipeline."""
+    import torch
+
+    return {name: sum(t.numel() * t.element_size() for t in (*m.parameters(), *m.buffers()))
+            for name, m in pipe.components.items() if isinstance(m, torch.nn.Module)} or {"none": 0}
+
+
+def place_pipeline(pipe, card: ModelCard, device: str, asked: Optional[str]) -> dict:
+    """Move the pipeline to ``device``, or CPU-offload it (diffusers ``enable_model_cpu_offload``: one
+    component on the GPU at a time; ``enable_sequential_cpu_offload``: one layer at a time) — when asked,
+    or when the card names an offload and the weights do not fit the GPU's free memory. Returns what was done.
+    Offload moves weights, never changes a result: the same kernels run on the same device."""
+    if asked is not None and asked not in OFFLOADS:
+        raise AuditError(f"--offload {asked!r}: expected one of {', '.join(OFFLOADS)}")
+    sizes = component_bytes(pipe)
+    need = sum(sizes.values())
+    info: dict = {"weights_gb": round(need / 2**30, 2), "mode": "none"}
+    mode = asked or "none"
+    if asked is None and card.offload and device.startswith("cuda"):
+        import torch
+
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+        info.update(free_gb=round(free / 2**30, 2), total_gb=round(total / 2**30, 2))
+        if need > 0.9 * free:  # activations and the VAE decode need the rest
+            mode, info["reason"] = card.offload, f"model card {card.name!r}: weights do not fit the free GPU memory"
+            if mode == "model" and max(sizes.values()) > 0.9 * free:
+                mode, info["reason"] = "sequential", f"{info['reason']}, nor does its largest component"
+    if mode == "none":
+        pipe.to(device)
+        return info
+    if not device.startswith("cuda"):
+        raise AuditError(f"--offload {mode}: CPU offload needs a CUDA device (this run uses {device})")
+    index = int(device.split(":")[1]) if ":" in device else None
+    if mode == "model":
+        pipe.enable_model_cpu_offload(gpu_id=index)
+    else:
+        pipe.enable_sequential_cpu_offload(gpu_id=index)
+    info["mode"] = mode
+    return info
+
+
+def vae_decode_dtype(card: ModelCard, pipe, dtype: str) -> tuple[str, str, bool]:
+    """(the dtype the VAE decodes in, why, whether we must make it so). An AutoencoderKL whose config says ``force_upcast`` overflows in
+    float16 (the SDXL VAE: NaN / black images); StableDiffusionXLPipeline upcasts it itself
+    (pipeline_stable_diffusion_xl.py ``__call__``: ``needs_upcasting = self.vae.dtype == torch.float16 and
+    self.vae.config.force_upcast``; families.yaml ``vae_upcast``), PixArt-Σ, SD3, FLUX … never do. So: the
+    card's ``vae_dtype`` when it states one; else float32 when a float16 run's VAE asks for it; else the run's."""
+    if card.vae_dtype:
+        return card.vae_dtype, f"card {card.name!r} vae_dtype", getattr(pipe, "vae", None) is not None
+    vae = getattr(pipe, "vae", None)
+    if dtype != "float16" or vae is None or not getattr(vae.config, "force_upcast", False):
+        return dtype, "the run's dtype", False
+    if (pipeline_family(type(pipe).__name__) or {}).get("vae_upcast") == "force_upcast":
+        return "float32", f"{type(pipe).__name__} upcasts a force_upcast VAE itself", False
+    return "float32", f"the VAE config says force_upcast and {type(pipe).__name__} does not upcast", True
+
+
+def compile_denoiser(pipe) -> str:
+    """torch.compile the pipeline's UNet / transformer in place (``nn.Module.compile``: its class, config and
+    hooks stay, so every family lookup and probe sees the same module). Compilation happens at the first call.
+    Returns the backend: ``inductor``, or ``$T2I_AUDIT_COMPILE_BACKEND`` (the CPU tests use ``aot_eager``: the
+    same dynamo graph without minutes of C++ kernel compilation)."""
+    denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+    if denoiser is None:
+        raise AuditError(f"--compile: {type(pipe).__name__} has no unet or transformer to compile")
+    backend = os.environ.get("T2I_AUDIT_COMPILE_BACKEND") or "inductor"
+    denoiser.compile(backend=backend)
+    return backend
+
+
+def compile_seconds() -> float:
+    """Seconds torch.compile has spent compiling in this process (dynamo's own timer, every recompile
+    included); 0.0 where the counter is missing."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return 0.0
+    return float(sum(compilation_time_metrics.get("_compile.compile_inner", [])))
 
 
 def decode_vae_in(pipe, dtype: str) -> None:
@@ -264,7 +369,14 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
                          **({"plan_note": plan_note} if plan_note else {}))
         if plan_note and progress:
             print(f"[generate] {plan_note}", file=sys.stderr)
-    pipe = load_pipeline(card, device, dtype) if any(_missing(b, done) for b in plan) else None
+    t_load = time.perf_counter()
+    pipe = load_pipeline(card, device, dtype, offload=s.offload, vae_tiling=s.vae_tiling) \
+        if any(_missing(b, done) for b in plan) else None
+    load_seconds = time.perf_counter() - t_load
+    if pipe is not None and s.compile:
+        backend = compile_denoiser(pipe)
+        if state.is_main_process:
+            run.update_stage("generate", compile_backend=backend)
     if pipe is not None:
         batch_size, note = effective_batch_size(type(pipe).__name__, s.batch_size)
         if note:
@@ -279,9 +391,12 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
     if state.is_main_process and pipe is not None:
         run.update_stage("generate", device_name=_device_name(device), pipeline=type(pipe).__name__,
                          resolved_from=str(pipe.config.get("_name_or_path", "")),
-                         batches=len(plan), batches_run_now=len(work))
+                         batches=len(plan), batches_run_now=len(work), load_seconds=round(load_seconds, 3),
+                         placement=getattr(pipe, "t2i_placement", None))
     with state.split_between_processes(work) as mine:
-        _generate_share(run, pipe, card, s, mine, rank, progress and state.is_main_process)
+        timing = _generate_share(run, pipe, card, s, mine, rank, progress and state.is_main_process)
+    if state.is_main_process and timing:
+        run.update_stage("generate", timing=timing)
     state.wait_for_everyone()
     if not state.is_main_process:
         return {}
@@ -304,39 +419,64 @@ def _missing(batch: list[tuple[dict, int]], done: dict) -> list[int]:
     return [j for j, (p, k) in enumerate(batch) if (p["id"], k) not in done]
 
 
-def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, work: list, rank: int, progress: bool):
+def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, work: list, rank: int,
+                    progress: bool) -> dict:
+    """Generate this process's batches; PNGs and records are written by one background thread while the
+    next batch is denoised. Returns the loop's timing (and torch.compile's cost when compiled)."""
     import torch
     from tqdm.auto import tqdm
 
+    from .image_writer import BatchWriter
+
     bar = tqdm(total=sum(len(keep) for _, _, keep in work), desc=f"generate {card.name}", unit="img",
                disable=not progress)
-    for start, (index, batch, keep) in enumerate(work):
-        seeds = [image_seed(p["id"], k, s.seed) for p, k in batch]
-        generators = [torch.Generator("cpu").manual_seed(x) for x in seeds]
-        t0 = time.perf_counter()
-        kwargs, ignored = pipeline_call_kwargs(type(pipe), [p["text"] for p, _ in batch], generators, steps=s.steps,
-                                               guidance=s.guidance, size=s.size, output_type="np", call=card.call)
-        if ignored and start == 0 and rank == 0:  # recorded, never hidden (e.g. a pipeline without guidance)
-            run.update_stage("generate", settings_not_accepted_by_pipeline=ignored)
-        out = pipe(**kwargs)
-        images = output_images(out)
-        if start == 0 and rank == 0 and tuple(images[0].shape[:2]) != (s.size, s.size):
-            run.update_stage("generate", size_note=f"{type(pipe).__name__} made {images[0].shape[1]}x"
-                             f"{images[0].shape[0]} px for --size {s.size} (the pipeline's own size rule)")
-        seconds = (time.perf_counter() - t0) / len(batch)
-        nsfw = getattr(out, "nsfw_content_detected", None) or [False] * len(batch)
-        members = [batch_member(p["id"], k) for p, k in batch]
-        try:
-            _write_batch(run, card, [batch[j] for j in keep], [seeds[j] for j in keep], [images[j] for j in keep],
-                         [nsfw[j] for j in keep], seconds, rank, s.size, batch_info={"batch": index, "batch_members": members})
-        except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise AuditError(f"{run.root}: no space left on device while writing images ({e.strerror}); "
-                             "every image finished before this batch is kept — free space and rerun the "
-                             "same command to resume") from None
-        bar.update(len(keep))
+    compiled_before = compile_seconds() if s.compile else 0.0
+    batch_seconds: list[float] = []
+    t_loop = time.perf_counter()
+    with BatchWriter(functools.partial(_write_batch_or_say_disk_full, run, card)) as writer:
+        for start, (index, batch, keep) in enumerate(work):
+            seeds = [image_seed(p["id"], k, s.seed) for p, k in batch]
+            generators = [torch.Generator("cpu").manual_seed(x) for x in seeds]
+            t0 = time.perf_counter()
+            kwargs, ignored = pipeline_call_kwargs(type(pipe), [p["text"] for p, _ in batch], generators,
+                                                   steps=s.steps, guidance=s.guidance, size=s.size,
+                                                   output_type="np", call=card.call)
+            if ignored and start == 0 and rank == 0:  # recorded, never hidden (e.g. a pipeline without guidance)
+                run.update_stage("generate", settings_not_accepted_by_pipeline=ignored)
+            out = pipe(**kwargs)
+            images = output_images(out)
+            if start == 0 and rank == 0 and tuple(images[0].shape[:2]) != (s.size, s.size):
+                run.update_stage("generate", size_note=f"{type(pipe).__name__} made {images[0].shape[1]}x"
+                                 f"{images[0].shape[0]} px for --size {s.size} (the pipeline's own size rule)")
+            batch_seconds.append(time.perf_counter() - t0)
+            seconds = batch_seconds[-1] / len(batch)
+            nsfw = getattr(out, "nsfw_content_detected", None) or [False] * len(batch)
+            members = [batch_member(p["id"], k) for p, k in batch]
+            writer.submit([batch[j] for j in keep], [seeds[j] for j in keep], [images[j] for j in keep],
+                          [nsfw[j] for j in keep], seconds, rank, s.size,
+                          batch_info={"batch": index, "batch_members": members})
+            bar.update(len(keep))
     bar.close()
+    if not work:
+        return {}
+    timing = {"loop_seconds": round(time.perf_counter() - t_loop, 3), "batches": len(batch_seconds),
+              "first_batch_seconds": round(batch_seconds[0], 3)}
+    if len(batch_seconds) > 1:
+        timing["later_batch_median_seconds"] = round(sorted(batch_seconds[1:])[(len(batch_seconds) - 2) // 2], 3)
+    if s.compile:  # compilation happens inside the first call(s): torch's own timer says how long it took
+        timing["compile_seconds"] = round(compile_seconds() - compiled_before, 3)
+    return timing
+
+
+def _write_batch_or_say_disk_full(run: RunDir, card: ModelCard, *args, **kwargs) -> None:
+    try:
+        _write_batch(run, card, *args, **kwargs)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise AuditError(f"{run.root}: no space left on device while writing images ({e.strerror}); "
+                         "every image finished before this batch is kept — free space and rerun the "
+                         "same command to resume") from None
 
 
 @functools.lru_cache(maxsize=None)

@@ -35,6 +35,8 @@ class ModelCard:
     scorers: tuple = ()  # the default scorers for this model's runs (e.g. the mini world's judges)
     variant: Optional[str] = None  # weights variant to download ("fp16": half the bytes of fp32 files)
     vae_dtype: Optional[str] = None  # decode in this dtype whatever the run's (PixArt-Σ fp16 VAE → NaN)
+    offload: Optional[str] = None  # "model" / "sequential": CPU offload a GPU too small for the weights needs
+    vae_tiling: bool = False  # decode in tiles (large sizes on small GPUs; changes pixels near tile seams)
     notes: Optional[str] = None
     licence: Optional[str] = None  # as stated on the model's hub page
     gated: Optional[bool] = None  # the hub asks to accept terms (HF token) before download
@@ -100,6 +102,7 @@ class ModelCard:
         return {"name": self.name, "source": self.source, "repo": self.repo, "revision": self.revision,
                 "local": self.local, "pipeline": self.pipeline, "defaults": self.defaults, "call": self.call,
                 "variant": self.variant, "vae_dtype": self.vae_dtype, "components": self.components,
+                "offload": self.offload, "vae_tiling": self.vae_tiling,
                 "licence": self.licence, "gated": self.gated}
 
 
@@ -198,9 +201,10 @@ def list_models() -> list[dict]:
 # every field a card may have (models.yaml header); tiny cards also name their family. Strict: a misspelt field
 # would otherwise be dropped without a word (a `sourcse:` or `componets:` that silently does nothing).
 CARD_FIELDS = {"repo", "revision", "package", "pipeline", "defaults", "call", "text_encoders", "scorers", "variant",
-               "vae_dtype", "notes", "licence", "gated", "components", "sources"}
+               "vae_dtype", "notes", "licence", "gated", "components", "sources", "offload", "vae_tiling"}
+OFFLOAD_MODES = ("model", "sequential")
 COMPONENT_FIELDS = {"repo", "class", "subfolder", "revision"}
-SOURCED = {*GENERIC_DEFAULTS, "call", "components"}  # the settings a `sources:` entry can name
+SOURCED = {*GENERIC_DEFAULTS, "call", "components", "vae_dtype", "offload"}  # what a `sources:` entry can name
 
 
 def check_card(name: str, spec: dict, tiny: bool = False) -> None:
@@ -214,6 +218,10 @@ def check_card(name: str, spec: dict, tiny: bool = False) -> None:
     for comp, c in (spec.get("components") or {}).items():
         if not isinstance(c, dict) or not {"repo", "class"} <= set(c) or set(c) - COMPONENT_FIELDS:
             raise AuditError(f"{where}: components.{comp}: expected {{repo, class[, subfolder, revision]}}, got {c!r}")
+    if spec.get("offload") is not None and spec["offload"] not in OFFLOAD_MODES:
+        raise AuditError(f"{where}: offload {spec['offload']!r}: expected one of {', '.join(OFFLOAD_MODES)}")
+    if not isinstance(spec.get("vae_tiling", False), bool):
+        raise AuditError(f"{where}: vae_tiling {spec['vae_tiling']!r}: expected true or false")
     for key, text in (spec.get("sources") or {}).items():
         if key not in SOURCED:
             raise AuditError(f"{where}: sources.{key}: not a setting.{did_you_mean(key, sorted(SOURCED))}")
@@ -231,9 +239,23 @@ def _from_card(name: str, spec: dict, tiny: bool = False) -> ModelCard:
         pipeline=spec.get("pipeline"), defaults={**GENERIC_DEFAULTS, **spec.get("defaults", {})},
         call=dict(spec.get("call", {})), text_encoders_=tuple(spec.get("text_encoders", ())),
         scorers=tuple(spec.get("scorers", ())), variant=spec.get("variant"), vae_dtype=spec.get("vae_dtype"),
+        offload=spec.get("offload"), vae_tiling=bool(spec.get("vae_tiling", False)),
         notes=spec.get("notes"), licence=spec.get("licence"), gated=spec.get("gated"),
         components={k: dict(v) for k, v in (spec.get("components") or {}).items()},
         sources=dict(spec.get("sources") or {}))
+
+
+def _cardless(card: ModelCard) -> ModelCard:
+    """A model without a card runs at its pipeline's own defaults (size, steps, guidance: pipeline_defaults.py),
+    each with its source; what the pipeline has no default for keeps the generic value, said so."""
+    from dataclasses import replace
+
+    from .pipeline_defaults import pipeline_defaults
+
+    found, sources = pipeline_defaults(card.pretrained_path(), card.revision)
+    for key in ("steps", "guidance", "size"):
+        sources.setdefault(key, f"no default in the pipeline: the generic {GENERIC_DEFAULTS[key]}")
+    return replace(card, defaults={**GENERIC_DEFAULTS, **found}, sources=sources)
 
 
 def resolve_model(ref: str) -> ModelCard:
@@ -249,7 +271,7 @@ def resolve_model(ref: str) -> ModelCard:
         repo, _, rev = ref[3:].partition("@")
         if repo.count("/") != 1 or not all(repo.split("/")):
             raise AuditError(f"model {ref!r}: expected hf:org/repo[@revision]")
-        return ModelCard(name=repo.replace("/", "--"), repo=repo, revision=rev or None)
+        return _cardless(ModelCard(name=repo.replace("/", "--"), repo=repo, revision=rev or None))
     path_str = ref[len("local:"):] if ref.startswith("local:") else ref
     path = Path(path_str).expanduser()
     if path.is_dir():
@@ -257,7 +279,7 @@ def resolve_model(ref: str) -> ModelCard:
             raise AuditError(f"model {ref!r}: folder {path} has no model_index.json (not a diffusers pipeline)")
         index = read_model_index(str(path))
         check_pipeline_class(index["_class_name"], str(path / "model_index.json"))
-        return ModelCard(name=path.resolve().name, local=str(path.resolve()), pipeline=index["_class_name"])
+        return _cardless(ModelCard(name=path.resolve().name, local=str(path.resolve()), pipeline=index["_class_name"]))
     if ref.startswith(("local:", "./", "/", "~")) or "/" in ref:
         raise AuditError(f"model {ref!r}: no such folder {path}")
     raise AuditError(f"unknown model {ref!r}.{did_you_mean(ref, card_names())} "

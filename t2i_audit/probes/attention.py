@@ -143,10 +143,14 @@ class AttentionRecorder:
         self.counts[key] = self.counts.get(key, 0) + 1
 
     def maps(self) -> dict[tuple[str, int], np.ndarray]:
-        """``(grid, step) → (n, H, W, keys)`` float32: the mean over that grid's modules."""
+        """``(grid, step) → (n, H, W, keys)`` float32: the mean over that grid's modules. The sums stay on the
+        device during the loop (no host read per step); here they move in one copy."""
+        from .denoiser import tensors_to_host
+
+        keys = list(self.sums)
+        arrays = tensors_to_host([self.sums[k] / self.counts[k] for k in keys])
         out = {}
-        for (grid, step), total in self.sums.items():
+        for (grid, step), arr in zip(keys, arrays):
             h, w = (int(x) for x in grid.split("x"))
-            arr = (total / self.counts[(grid, step)]).cpu().numpy().astype(np.float32)
             out[(grid, step)] = arr.reshape(arr.shape[0], h, w, arr.shape[-1])
         return out

@@ -94,20 +94,33 @@ class BlockRecorder:
 
     The pipeline's step-end callback (``step_end``) advances the iteration, so a step is what the
     pipeline's loop calls a step, however many denoiser calls it makes.
+
+    Nothing is read back to the host while the loop runs (a ``.cpu()`` / ``.item()`` / ``float(tensor)``
+    per block per step would stall a GPU's queue every call): the pooled vectors and the timesteps stay
+    where the denoiser made them and :meth:`to_host` moves them in one copy after the loop
+    (tests/probes/test_host_sync.py counts such reads while the loop runs).
     """
 
     def __init__(self, denoiser):
         self.denoiser = denoiser
         self.blocks = denoiser_blocks(denoiser)
         self.step, self.call_in_step = 0, -1
-        self.store: dict[tuple[str, int, int], np.ndarray] = {}
+        self.store: dict[tuple[str, int, int], object] = {}  # device tensors until to_host()
         self.positions: dict[str, int] = {}
-        self.timesteps: dict[int, float] = {}
+        self.timesteps: dict[int, object] = {}  # as the pipeline passed them (a device tensor) until to_host()
         self.handles = []
 
     def step_end(self, step: int, timestep) -> None:
-        self.timesteps[int(step)] = float(timestep)
+        self.timesteps[int(step)] = timestep.detach().clone() if hasattr(timestep, "detach") else timestep
         self.step, self.call_in_step = int(step) + 1, -1
+
+    def to_host(self) -> None:
+        """Every stored vector and timestep as numpy / float, moved in one device→host copy."""
+        self.store = dict(zip(self.store, tensors_to_host(list(self.store.values()))))
+        steps = list(self.timesteps)
+        values = [self.timesteps[s] for s in steps]
+        moved = iter(tensors_to_host([v for v in values if hasattr(v, "detach")]))
+        self.timesteps = {s: float(next(moved) if hasattr(v, "detach") else v) for s, v in zip(steps, values)}
 
     def __enter__(self):
         import torch
@@ -127,11 +140,10 @@ class BlockRecorder:
         for name, block in self.blocks.items():
             def hook(_m, _inp, out, name=name, cls=type(block).__name__):
                 if name in in_joint:  # one caption+image sequence: keep the image rows only
-                    starts, count = rows[in_joint[name]]
-                    out = torch.stack([out[i, s:s + count] for i, s in enumerate(starts)])
+                    out = _rows_from(out, *rows[in_joint[name]])
                 pooled, n = pool_output(out, cls)
                 if pooled is not None:
-                    self.store[(name, self.step, self.call_in_step)] = pooled.cpu().numpy()
+                    self.store[(name, self.step, self.call_in_step)] = pooled  # stays on the device
                     self.positions[name] = n
             self.handles.append(block.register_forward_hook(hook))
         return self
@@ -142,13 +154,43 @@ class BlockRecorder:
         self.handles = []
 
 
+def tensors_to_host(tensors: list) -> list[np.ndarray]:
+    """Tensors (any devices, shapes) as numpy arrays, with one device→host copy per device: flattened and
+    concatenated there, copied once, cut apart here (float32)."""
+    import torch
+
+    out: list = [None] * len(tensors)
+    by_device: dict = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    for idx in by_device.values():
+        flat = torch.cat([tensors[i].detach().reshape(-1).float() for i in idx]).cpu().numpy()
+        at = 0
+        for i in idx:
+            n = tensors[i].numel()
+            out[i] = flat[at:at + n].reshape(tuple(tensors[i].shape))
+            at += n
+    return out
+
+
+def _rows_from(out, starts, count: int):
+    """``out[i, starts[i]:starts[i] + count]`` for every sample, as one gather on the device: ``starts`` may be a
+    device tensor (caption lengths from the attention mask), never read back to the host."""
+    import torch
+
+    if not torch.is_tensor(starts):
+        return torch.stack([out[i, s:s + count] for i, s in enumerate(starts)])
+    idx = starts.long().view(-1, 1) + torch.arange(count, device=out.device).view(1, -1)  # the mask's device
+    return out.gather(1, idx.unsqueeze(-1).expand(-1, -1, out.shape[-1]))
+
+
 def _label_of(label: str, name: str) -> bool:
     """Is block ``name`` one of the blocks that block_lists label format ``label`` names?"""
     head = label.split("{")[0]
     return name == label or (name.startswith(head) and name[len(head):].isdigit())
 
 
-def _image_rows(denoiser, layout: str, args, kwargs) -> tuple[list[int], int]:
+def _image_rows(denoiser, layout: str, args, kwargs) -> tuple[object, int]:
     """(first image row per sample, image token count) in a joint caption+image sequence (families.yaml
     joint_sequence). The latents: Lumina2 ``hidden_states`` (B, C, H, W); Z-Image ``x``, a list of (C, F, H, W)."""
     if layout == "all_caption_rows_first":  # FLUX.2 / Chroma single blocks: cat([every caption row, packed tokens])
@@ -161,8 +203,8 @@ def _image_rows(denoiser, layout: str, args, kwargs) -> tuple[list[int], int]:
     count = (items[0].shape[-2] // patch) * (items[0].shape[-1] // patch)
     if layout == "image_first":
         return [0] * len(items), count
-    if layout == "caption_first":  # after each caption's real tokens
-        return [int(n) for n in kwargs["encoder_attention_mask"].sum(1).tolist()], count
+    if layout == "caption_first":  # after each caption's real tokens (counted on the device: no host read)
+        return kwargs["encoder_attention_mask"].sum(1), count
     raise AuditError(f"families.yaml joint_sequence: unknown layout {layout!r}")
 
 
@@ -234,6 +276,7 @@ def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, 
             result = pipe(**kwargs, **cb)
         except StopReplay:
             pass
+    rec.to_host()  # the loop is over: one device→host copy
     if counted_by.startswith("denoiser calls"):  # one call = one step
         store = {(b, c, 0): v for (b, _s, c), v in rec.store.items()}
     else:

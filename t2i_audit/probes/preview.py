@@ -25,7 +25,8 @@ def is_flow_matching(sched) -> bool:
 
 
 class PreviewRecorder:
-    """Wraps ``pipe.scheduler.step`` for one call; ``latents[step]`` = the predicted clean latent."""
+    """Wraps ``pipe.scheduler.step`` for one call; ``latents[step]`` = the predicted clean latent, kept on the
+    denoiser's device (decode_previews decodes it there)."""
 
     def __init__(self, pipe, clock, steps: Iterable[int]):
         self.pipe, self.clock, self.steps = pipe, clock, set(int(s) for s in steps)
@@ -54,7 +55,7 @@ class PreviewRecorder:
                     x0 = sample.float() - sigma.float() * model_output.float()
                 if x0 is None:
                     raise AuditError(f"{type(sched).__name__}: no predicted clean sample to preview")
-                self.latents[i] = x0.detach().float().cpu()
+                self.latents[i] = x0.detach().float().clone()  # stays on the device: no host read in the loop
             return out
 
         object.__setattr__(sched, "step", step)  # an instance attribute shadows the method for this call

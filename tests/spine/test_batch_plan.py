@@ -38,8 +38,8 @@ def calls(monkeypatch):
     seen: list[list[tuple[str, int]]] = []
     load = generate.load_pipeline
 
-    def recording_load(card, device, dtype):
-        pipe = load(card, device, dtype)
+    def recording_load(card, device, dtype, **placement):
+        pipe = load(card, device, dtype, **placement)
         real_call = type(pipe).__call__
 
         class Recording(type(pipe)):

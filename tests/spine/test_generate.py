@@ -145,8 +145,8 @@ def test_nan_and_black_images_are_flagged(repo_root, tmp_path, monkeypatch):
 
     real = generate.load_pipeline
 
-    def poisoned(card, device, dtype):
-        pipe = real(card, device, dtype)
+    def poisoned(card, device, dtype, **placement):
+        pipe = real(card, device, dtype, **placement)
         pipe.vae.decoder.register_forward_hook(lambda m, i, out: torch.full_like(out, float("nan")))
         return pipe
 
