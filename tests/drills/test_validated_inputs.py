@@ -397,3 +397,25 @@ def test_the_report_says_too_few_instead_of_a_number(early_run, tmp_path):
     early = early[:early.index("</section>")]
     assert 'title="too few: 4 images, 1 in the smaller class' in early and "not evaluated" in early
     assert ">nan<" not in page.lower() and "nan%" not in page.lower()  # ("nan" is also an image flag's name)
+
+
+def test_probe_prints_a_failure_auroc_from_few_prompts_as_too_few(early_run, tmp_path, monkeypatch, capsys):
+    """The printer of `probe` (the stage's own numbers are pinned in tests/probes): 16 prompts, 4 failed, 4
+    compositions — before: "AUROC 0.900 vs prompt-only baseline 0.500 — the activations add …"."""
+    import t2i_audit.probes as probes
+
+    summary = {"failure_prediction": {"encoder": "text_encoder", "layer": "h01", "pooling": "eos", "auroc": 0.9,
+                                      "baseline_auroc": 0.5, "verdict": "the activations add over the prompt-only "
+                                      "baseline", "n": 16, "failure_rate": 0.25, "n_compositions": 4}}
+    monkeypatch.setattr(probes, "run_probe_stage", lambda *a, **k: summary)
+    monkeypatch.chdir(tmp_path)
+    import sys
+
+    from t2i_audit import cli
+
+    monkeypatch.setattr(sys, "argv", ["t2i-audit", "probe", str(early_run[0]), "--model", "mini"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    out = capsys.readouterr().out
+    assert e.value.code in (0, None), out
+    assert "AUROC too few: 16 prompts, 4 in the smaller class, 4 compositions" in out and "0.900" not in out
