@@ -27,8 +27,9 @@ def _read(path: Path):
         return None
 
 
-def pareto_chart(series: list[dict], *, x_max: float, width=560, height=300, marks=()) -> Markup:
-    """Success (0–1) against loop iterations per prompt. ``series``: {label, colour, pts [(x, y)], band?, dash?}."""
+def pareto_chart(series: list[dict], *, x_max: float, tick: float = 20, width=560, height=300, marks=()) -> Markup:
+    """Success (0–1) against loop iterations per prompt (a tick every ``tick``: one whole image).
+    ``series``: {label, colour, pts [(x, y)], band?, dash?}."""
     ml, mr, mt, mb = 44, 12, 10, 36
     pw, ph = width - ml - mr, height - mt - mb
     X = lambda v: ml + pw * min(max(v, 0), x_max) / x_max  # noqa: E731
@@ -38,9 +39,9 @@ def pareto_chart(series: list[dict], *, x_max: float, width=560, height=300, mar
     for t in (0, 0.25, 0.5, 0.75, 1.0):
         o.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{Y(t):.1f}" y2="{Y(t):.1f}" class="grid"/>'
                  f'<text x="{ml - 6}" y="{Y(t) + 4:.1f}" class="tl" text-anchor="end">{t:.2f}</text>')
-    step = 20 if x_max <= 200 else 40
-    for t in range(0, int(x_max) + 1, step):
-        o.append(f'<text x="{X(t):.1f}" y="{mt + ph + 14}" class="tl" text-anchor="middle">{t}</text>')
+    every = max(1, int(x_max // tick) // 10 + 1)  # at most ~10 labels
+    for i in range(0, int(x_max // tick) + 1, every):
+        o.append(f'<text x="{X(i * tick):.1f}" y="{mt + ph + 14}" class="tl" text-anchor="middle">{i * tick:g}</text>')
     o.append(f'<text x="{ml + pw / 2}" y="{height - 4}" class="al" text-anchor="middle">denoiser loop iterations '
              f'per prompt</text>')
     for s in series:
@@ -90,7 +91,7 @@ def _category(name: str, r: dict, budgets: list) -> dict:
                          "fell_back": sum(1 for c in b["chosen"] if c.get("fell_back")),
                          "folds": len(b["chosen"])})
     return {"name": name, "n": r.get("n_prompts"), "groups": r.get("n_groups"),
-            "chart": pareto_chart(series, x_max=x_max, marks=marks),
+            "chart": pareto_chart(series, x_max=x_max, tick=whole[0]["iterations"] if whole else 20, marks=marks),
             "legend": [{"label": s["label"], "colour": s["colour"], "dash": s.get("dash")} for s in series],
             "headline": head, "budgets": rows, "perm": r.get("permutation_control"),
             "seen": r.get("seen_vs_unseen"), "diffs": r.get("differences") or {}}

@@ -251,14 +251,19 @@ def study(rd: RunDir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, b
                                  "success": float(per[j, idx[p]])})
         result["categories"][cat] = res
     adj = holm(exploration)
+    above, below = [], []
     for cat, res in result["categories"].items():
         for r in res.get("policies", []):
             key = f"{cat} | {r['policy']}"
             if key in adj:
                 r["p_gap_holm"] = adj[key]
+                if adj[key] < 0.05:
+                    (above if r["gap_to_whole"] > 0 else below).append(key)
     result["exploration"] = {"tests": len(adj), "correction": "Holm over every policy's gap to the whole-image "
-                             "curve at equal loop iterations, every category (the headline excluded)",
-                             "significant_after_holm": sorted(k for k, v in adj.items() if v < 0.05)}
+                             "curve at equal loop iterations, every category (the headline excluded); p from the "
+                             "twin-group bootstrap's standard error (normal approximation)",
+                             "above_whole_images_after_holm": sorted(above),
+                             "below_whole_images_after_holm": sorted(below)}
     return result, outcomes
 
 
