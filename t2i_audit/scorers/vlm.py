@@ -28,13 +28,13 @@ starts to reason, not where it answers.
 
 Speed: bf16 on CUDA (card ``model.dtype``), ``options.batch_size`` queries per forward, Qwen's
 image budget ``options.max_pixels`` (recorded), and the image encoder run once per distinct
-image of a batch (``mm_encoder_outputs``, transformers 5: ``Qwen3VLModel.forward`` takes
-precomputed ``get_image_features`` outputs) where the processor's outputs allow it.
+image of a batch where the processor's outputs allow it (:func:`_encoder_answers`).
 """
 
 from __future__ import annotations
 
 import inspect
+from contextlib import contextmanager
 from typing import Sequence
 
 from ..errors import AuditError
@@ -266,11 +266,11 @@ class VlmJudge(YesNoScorer):
         for s in range(0, len(pairs), bs):
             part = pairs[s:s + bs]
             ids = list(answers[s:s + bs]) if answers is not None else [(self.yes_ids, self.no_ids)] * len(part)
-            enc = self.encode(part)
-            kw = dict(enc)
+            kw = dict(self.encode(part))
+            shared = None
             if self.options.get("share_image_encoding", True):
-                kw = self._shared_image_inputs(kw, [id(im) for im, _ in part])
-            with torch.inference_mode():
+                shared = self._shared_image_features(kw, [id(im) for im, _ in part])
+            with torch.inference_mode(), _encoder_answers(self.model, shared):
                 logits = self.model(**kw, **self._forward_kw).logits[:, -1].float()
             probs = logits.softmax(-1)
             for row, (yes, no) in zip(probs, ids):
@@ -278,22 +278,22 @@ class VlmJudge(YesNoScorer):
                             row[list(no)].sum().item() if no else 0.0, False))
         return out
 
-    def _shared_image_inputs(self, kw: dict, keys: Sequence[int]) -> dict:
-        """Run the image encoder once per distinct image and pass its outputs, repeated per row,
-        as ``mm_encoder_outputs`` (the model then skips its own encoder call). Applies when the
-        per-image inputs can be cut out of the processor output: ``pixel_values`` stacked one per
-        image, or Qwen's flat patches with ``image_grid_thw`` (t·h·w patches an image)."""
+    def _shared_image_features(self, kw: dict, keys: Sequence[int]):
+        """The image encoder's outputs (``get_image_features``) for the distinct images of a batch, repeated
+        per row, or None where they cannot be: when the per-image inputs can be cut out of the processor
+        output — ``pixel_values`` stacked one per image, or Qwen's flat patches with ``image_grid_thw``
+        (t·h·w patches an image) — and the model has a multimodal core that encodes images by its own
+        ``get_image_features``."""
         import torch
 
         first: dict[int, int] = {}
         for row, k in enumerate(keys):
             first.setdefault(k, row)
         if len(first) == len(keys) or "pixel_values" not in kw:
-            return kw
-        fwd = inspect.signature(self.model.forward).parameters
+            return None
         get = getattr(self.model, "get_image_features", None)
-        if "mm_encoder_outputs" not in fwd or get is None:
-            return kw
+        if get is None or not hasattr(getattr(self.model, "model", None), "get_image_features"):
+            return None
         px, rows, n = kw["pixel_values"], list(first.values()), len(keys)
         per_image = {k: v for k, v in kw.items() if k in ("image_grid_thw", "image_sizes")}
         if "image_grid_thw" in kw:
@@ -303,17 +303,11 @@ class VlmJudge(YesNoScorer):
         elif px.shape[0] == n:
             px_u = px[rows]
         else:
-            return kw
-        params = inspect.signature(getattr(self.model.model, "get_image_features", get)).parameters
+            return None
+        params = inspect.signature(self.model.model.get_image_features).parameters
         extra = {k: v[rows] for k, v in per_image.items() if k in params}
         feats = get(pixel_values=px_u, return_dict=True, **extra)
-        where = [list(first).index(k) for k in keys]
-        for name in ("pooler_output", "deepstack_features"):
-            if feats.get(name) is not None:
-                feats[name] = _take(feats[name], where, len(rows))
-        out = {k: v for k, v in kw.items() if k != "pixel_values"}
-        out["mm_encoder_outputs"] = {"image": feats}
-        return out
+        return _per_row(feats, [list(first).index(k) for k in keys])
 
     # --- records ----------------------------------------------------------------------------
     def _count_ask(self, prompt: dict, q: dict) -> tuple[str, list[int]] | None:
@@ -394,15 +388,49 @@ class VlmJudge(YesNoScorer):
         return recs
 
 
-def _take(x, where: list[int], n: int):
-    """Repeat per-image encoder outputs per row: a tensor with ``n`` rows, or a tuple/list of ``n``
-    per-image tensors, or a list of those (Qwen3-VL's deepstack features, one per layer)."""
+@contextmanager
+def _encoder_answers(model, features):
+    """While ``model`` runs, its multimodal core's ``get_image_features`` answers with ``features`` (the
+    distinct images' outputs, repeated per row) instead of encoding every row's image again; None: as is.
+
+    Set on the core instance, the one place every transformers 5 release goes through: 5.17's
+    ``Qwen3VLModel.forward`` (as Qwen2.5-VL's, Gemma 3's, LLaVA-OneVision's) calls
+    ``self.get_image_features(pixel_values, …)`` and takes no precomputed outputs; 5.24's takes
+    ``mm_encoder_outputs`` but calls the same method when none are given (modeling_qwen3_vl.py,
+    ``Qwen3VLModel.forward``)."""
+    if features is None:
+        yield
+        return
+    core = model.model
+    core.get_image_features = lambda *args, **kwargs: features
+    try:
+        yield
+    finally:
+        del core.get_image_features  # the class's method again
+
+
+def _per_row(feats, where: list[int]):
+    """``get_image_features`` outputs of the distinct images → of the batch rows (``where[row]`` = its image).
+
+    ``pooler_output`` is a tensor with one row an image (Gemma 3) or one tensor an image (Qwen-VL,
+    LLaVA-OneVision). Qwen3-VL's ``deepstack_features`` hold, per layer, one tensor an image
+    (transformers 5.24: ``torch.split`` in ``Qwen3VLModel.get_image_features``) or the images' tokens
+    concatenated in order (5.17, which splits only ``pooler_output``): cut by the pooled lengths."""
     import torch
 
-    if isinstance(x, torch.Tensor):
-        return x[where] if x.shape[0] == n else x
-    if isinstance(x, (list, tuple)):
-        if len(x) == n and all(isinstance(t, torch.Tensor) for t in x):
-            return type(x)(x[i] for i in where)
-        return type(x)(_take(t, where, n) for t in x)
-    return x
+    pooled = feats.pooler_output
+    if isinstance(pooled, torch.Tensor):
+        feats.pooler_output = pooled[where]
+        return feats
+    feats.pooler_output = type(pooled)(pooled[i] for i in where)
+    deep = feats.get("deepstack_features")
+    if deep is not None:
+        sizes = [t.shape[0] for t in pooled]
+
+        def rows(layer):
+            per_image = torch.split(layer, sizes) if isinstance(layer, torch.Tensor) else layer
+            picked = [per_image[i] for i in where]
+            return torch.cat(picked) if isinstance(layer, torch.Tensor) else type(layer)(picked)
+
+        feats.deepstack_features = [rows(layer) for layer in deep]
+    return feats
