@@ -19,10 +19,10 @@ a baseline. Deterministic given ``seed``.
 * Correlation: per composition (or per attribute–object binding), mean out-of-fold
   probability of the true constituents against the success rate.
 
-Two backends fit the same probes: ``"sklearn"`` (the reference, one fit at a time) and
-``"torch"`` (``torch_fit``: scikit-learn's own L-BFGS path, many fits batched on a device;
-tests/probes/test_torch_fit.py pins it to the reference). The ``*_many`` functions take many
-(array, target) jobs at once so the torch backend can batch them.
+Every fit is the probes' one logistic pipeline (``fit/pipeline.py``: standardize, L2 logistic
+regression fitted to convergence) with either backend: ``"torch"`` (all fits of a call batched on a
+device, ``fit/logistic.py``) or ``"sklearn"`` (the reference, one converged fit at a time); the
+``*_many`` functions take many (array, target) jobs at once so the torch backend can batch them.
 """
 
 from __future__ import annotations
@@ -34,15 +34,9 @@ import numpy as np
 
 from .. import stats
 from ..errors import AuditError
+from .fit import pipeline as _pipeline
 
-BACKENDS = ("torch", "sklearn")
-DEFAULT_BACKEND = "torch"
-
-
-def check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
-        raise AuditError(f"probe backend {backend!r}: choose {' or '.join(BACKENDS)}")
-    return backend
+BACKENDS, DEFAULT_BACKEND, check_backend = _pipeline.BACKENDS, _pipeline.DEFAULT_BACKEND, _pipeline.check_backend
 
 
 def grouped_folds(groups: Sequence, n_splits: int = 5, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -59,88 +53,37 @@ def grouped_folds(groups: Sequence, n_splits: int = 5, seed: int = 0) -> list[tu
 
 
 def _probe(seed: int, C: float):
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    return make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=1e-3, max_iter=500, random_state=seed))
+    """The reference pipeline (StandardScaler + converged LogisticRegression), for a single refit."""
+    return _pipeline.sklearn_pipeline(C, seed=seed)
 
 
-def oof_proba(X: np.ndarray, y: np.ndarray, folds, *, seed: int = 0, C: float = 1.0,
-              scale: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def oof_proba(X: np.ndarray, y: np.ndarray, folds, *, seed: int = 0, C: float = 1.0, scale: bool = True,
+              backend: str = DEFAULT_BACKEND, device: str | None = "cpu") -> tuple[np.ndarray, np.ndarray]:
     """Out-of-fold class probabilities, columns in ``classes`` (sorted unique ``y``) order."""
-    from sklearn.linear_model import LogisticRegression
-
-    from threadpoolctl import threadpool_limits
-
-    classes = np.unique(y)
-    proba = np.zeros((len(y), len(classes)))
-    with threadpool_limits(1):  # small fits: BLAS threads only contend (measured 50x slower)
-        _fit_folds(X, y, folds, classes, proba, seed=seed, C=C, scale=scale)
-    return proba, classes
-
-
-def _fit_folds(X, y, folds, classes, proba, *, seed, C, scale):
-    from sklearn.linear_model import LogisticRegression
-
-    for tr, te in folds:
-        present = np.unique(y[tr])
-        cols = np.searchsorted(classes, present)
-        if len(present) == 1:
-            proba[np.ix_(te, cols)] = 1.0
-            continue
-        model = _probe(seed, C) if scale else LogisticRegression(C=C, tol=1e-3, max_iter=500, random_state=seed)
-        model.fit(X[tr], y[tr])
-        proba[np.ix_(te, cols)] = model.predict_proba(X[te])
+    return oof_proba_many([(X, None, y, folds, scale)], seed=seed, C=C, backend=backend, device=device)[0]
 
 
 def oof_proba_many(items: Sequence[tuple], *, seed: int = 0, C: float = 1.0, backend: str = DEFAULT_BACKEND,
                    device: str | None = "cpu") -> list[tuple[np.ndarray, np.ndarray]]:
-    """``oof_proba`` for many items ``(X, rows, y, folds, scale)``: rows of X (None: all) with
-    labels y and folds indexing those rows. Items may share one X (same object): the torch
-    backend then fits all their folds in one batch."""
+    """``oof_proba`` for many items ``(X, rows, y, folds, scale)``: rows of X (None: all) with labels y
+    and folds indexing those rows. All folds of all items are one call to the shared pipeline
+    (``fit.pipeline``); items that share one X (the same object) share its matmuls. A class absent
+    from a fold's training rows gets probability 0 there; a fold with one class gives it probability 1."""
     check_backend(backend)
-    if backend == "sklearn":
-        return [oof_proba(X if rows is None else X[rows], y, folds, seed=seed, C=C, scale=scale)
-                for X, rows, y, folds, scale in items]
-    from . import torch_fit
-
-    out: list = [None] * len(items)
-    by_dim: dict[int, list[int]] = {}
-    for i, (X, *_rest) in enumerate(items):
-        by_dim.setdefault(int(np.shape(X)[1]), []).append(i)
-    for idx in by_dim.values():  # one batched fit per feature width (e.g. per encoder)
-        arrays, slot = [], {}
-        for i in idx:
-            X = items[i][0]
-            if id(X) not in slot:
-                slot[id(X)] = len(arrays)
-                arrays.append(X)
-        n = max(len(a) for a in arrays)
-        if any(len(a) != n for a in arrays):  # fit_logistic wants one shape: pad with unused rows
-            arrays = [np.concatenate([a, np.full((n - len(a), a.shape[1]), np.nan, np.float32)]) if len(a) < n
-                      else a for a in arrays]
-        array_of, labels, train, scale, meta = [], [], [], [], []
-        K = 1
-        for i in idx:
-            X, rows, y, folds, sc = items[i]
-            rows = np.arange(len(X)) if rows is None else np.asarray(rows)
-            classes, yi = np.unique(y, return_inverse=True)
-            K = max(K, len(classes))
-            meta.append((i, rows, classes, folds, len(array_of)))
-            for tr, _te in folds:
-                lab = np.full(n, -1)
-                lab[rows] = yi
-                m = np.zeros(n, bool)
-                m[rows[tr]] = True
-                array_of.append(slot[id(X)]), labels.append(lab), train.append(m), scale.append(sc)
-        res = torch_fit.fit_logistic(arrays, array_of, np.array(labels), np.array(train), K, scale=scale, C=C,
-                                     device=device)
-        for i, rows, classes, folds, first in meta:
-            proba = np.zeros((len(rows), len(classes)))
-            for f, (_tr, te) in enumerate(folds):
-                proba[te] = res.proba[first + f][rows[te], :len(classes)]
-            out[i] = (proba, classes)
+    problems, metas, K = [], [], 1
+    for X, rows, y, folds, scale in items:
+        rows = np.arange(len(X)) if rows is None else np.asarray(rows)
+        classes, yi = np.unique(y, return_inverse=True)
+        K = max(K, len(classes))
+        metas.append((rows, classes, folds, len(problems)))
+        problems += [_pipeline.Problem(X, rows[tr], yi[tr], rows[te], C, scale) for tr, te in folds]
+    fits = _pipeline.fit(problems, K, backend=backend, device=device)
+    out = []
+    for rows, classes, folds, first in metas:
+        proba = np.zeros((len(rows), len(classes)))
+        for f, (_tr, te) in enumerate(folds):
+            proba[te] = fits[first + f].proba[:, :len(classes)]
+        out.append((proba, classes))
     return out
 
 

@@ -1,9 +1,9 @@
 """Per-image failure probes on early-step features, beside the references they must beat.
 
 For each category (and failure type) and each stored step, a logistic probe (median imputation,
-standardisation, L2 logistic regression — scikit-learn, C chosen by an *inner* grouped CV on the
-training folds only, never on a test fold) predicts from probes/early.py features whether the
-image will fail its deciding scorer's verdict. Two evaluations:
+standardisation, L2 logistic regression — the probes' one pipeline, ``fit/pipeline.py``; C chosen by
+an *inner* grouped CV on the training folds only, never on a test fold) predicts from probes/early.py
+features whether the image will fail its deciding scorer's verdict. Two evaluations:
 
 * ``compositions`` — outer folds grouped by composition: the probe never saw the test prompts'
   composition (the paper's question: does it generalise?);
@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import stats
 from ..errors import AuditError
+from .fit import pipeline
 
 CS = (0.01, 0.1, 1.0)
 FAMILIES = ("attention", "pooled", "probe", "probe+x0")
@@ -51,59 +52,32 @@ def design(arrays: Mapping[str, np.ndarray], step: int, family: str, rows: np.nd
     return np.hstack(parts)
 
 
-def _model(C: float, seed: int):
-    from sklearn.impute import SimpleImputer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    return make_pipeline(SimpleImputer(strategy="median", keep_empty_features=True), StandardScaler(),
-                         LogisticRegression(C=C, max_iter=1000, random_state=seed))
-
-
-def _choose_C(X, y, groups, seed: int) -> float:
-    """C by an inner grouped 3-fold CV (AUROC) on training rows only."""
-    from sklearn.model_selection import GroupKFold
-
-    if len(np.unique(groups)) < 3 or len(np.unique(y)) < 2:
-        return 1.0
-    inner = list(GroupKFold(n_splits=3, shuffle=True, random_state=seed).split(X, y, groups))
-    best, best_auc = CS[-1], -1.0
-    for C in CS:
-        risk = np.full(len(y), np.nan)
-        for tr, te in inner:
-            if len(np.unique(y[tr])) < 2:
-                risk[te] = float(y[tr].mean())
-                continue
-            risk[te] = _model(C, seed).fit(X[tr], y[tr]).predict_proba(X[te])[:, 1]
-        auc = stats.auroc(y, risk)
-        if np.isfinite(auc) and auc > best_auc:
-            best, best_auc = C, auc
-    return best
+def _nested(X, y, groups, splits, seed: int):
+    """The probes' one logistic pipeline (``fit/pipeline.py``), C by an inner grouped CV per split."""
+    return pipeline.nested(X, y, groups, splits, Cs=CS, seed=seed)
 
 
 def fit_predict(X, y, groups, train, test, seed: int = 0) -> tuple[np.ndarray, float]:
     """P(failed) on ``test`` from a probe fitted on ``train`` (C by inner CV on ``train``)."""
-    if len(np.unique(y[train])) < 2:
-        return np.full(len(test), float(y[train].mean())), float("nan")
-    C = _choose_C(X[train], y[train], groups[train], seed)
-    return _model(C, seed).fit(X[train], y[train]).predict_proba(X[test])[:, 1], C
+    f = _nested(X, y, groups, [(train, test)], seed)[0]
+    return f.risk, f.C
 
 
 def oof(X, y, groups, folds, seed: int = 0) -> np.ndarray:
     risk = np.full(len(y), np.nan)
-    for tr, te in folds:
-        risk[te], _ = fit_predict(X, y, groups, tr, te, seed)
+    for (_tr, te), f in zip(folds, _nested(X, y, groups, folds, seed)):
+        risk[te] = f.risk
     return risk
 
 
 def export_probe(X, y, groups, seed: int = 0) -> dict:
     """The probe fitted on all rows, as plain arrays: ``risk = σ(w · (impute(x) − μ) / s + b)``."""
-    C = _choose_C(X, y, groups, seed)
-    m = _model(C, seed).fit(X, y)
-    imp, sc, lr = m.steps[0][1], m.steps[1][1], m.steps[2][1]
-    return {"C": C, "median": imp.statistics_.tolist(), "mean": sc.mean_.tolist(), "scale": sc.scale_.tolist(),
-            "coef": lr.coef_[0].tolist(), "intercept": float(lr.intercept_[0])}
+    every = np.arange(len(y))
+    f = _nested(X, y, groups, [(every, every[:0])], seed)[0]
+    p = f.params
+    median = p["median"] if p["median"] is not None else pipeline.train_medians(X, every)
+    return {"C": f.C, "median": median.tolist(), "mean": p["mean"].tolist(), "scale": p["scale"].tolist(),
+            "coef": p["coef"][1].tolist(), "intercept": float(p["intercept"][1])}
 
 
 def apply_probe(probe: Mapping, X: np.ndarray) -> np.ndarray:
