@@ -30,7 +30,7 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def _kill_after_growth(proc, path: Path, delay: float, timeout=180) -> bool:
+def _kill_after_growth(proc, path: Path, delay: float, timeout=900) -> bool:  # a hang guard: a loaded machine is slow
     """SIGKILL ``delay`` s after ``path`` gains a line; False if the run finished first."""
     start, t0 = _lines(path), time.time()
     while time.time() - t0 < timeout:

@@ -37,11 +37,11 @@ def runs(repo_root, tmp_path_factory):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PART_LOG": str(root / "parts.log")}
     script = str(HERE / "sharded_cli.py")
     one = subprocess.run([sys.executable, script, *_args(repo_root, root / "one")], env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=900)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                           str(29600 + os.getpid() % 1000), script, *_args(repo_root, root / "two")],
-                         env=env, capture_output=True, text=True, timeout=300)
+                         env=env, capture_output=True, text=True, timeout=900)
     assert two.returncode == 0, two.stderr[-3000:]
     assert two.stdout.count("run directory:") == 1 and two.stdout.count("probes written") == 1  # main reports
     return RunDir(root / "one"), RunDir(root / "two")
