@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import os
 import shutil
 import sys
+import sysconfig
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,6 +261,16 @@ def _clean_refusal(code, out: str, path: Path) -> None:
 
 
 # ------------------------------------------------------------------ the table covers every command
+
+
+def test_the_commands_tested_are_the_package_meant():
+    """From the checkout, the checkout's commands (an editable install); in CI's wheel lane
+    (T2I_AUDIT_INSTALLED=1, tests copied away from the checkout) the installed wheel's."""
+    where = Path(cli.__file__).resolve()
+    if os.environ.get("T2I_AUDIT_INSTALLED"):
+        assert Path(sysconfig.get_paths()["purelib"]).resolve() in where.parents, where
+    else:
+        assert where.parent == Path(__file__).resolve().parents[2] / "t2i_audit", where
 
 
 def test_every_registered_command_has_a_case():
