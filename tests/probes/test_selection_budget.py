@@ -1,5 +1,5 @@
 """`select --study` and `select --budget` end to end on the shipped mini generator (a 36-prompt × 4-seed fitted
-run at 6 steps; select on --limit 6), on the SD 1.5 twin (plumbing: random weights), and the refusal of seeds
+run at 4 steps; select on --limit 6), on the SD 1.5 twin (plumbing: random weights), and the refusal of seeds
 the fitted run used."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from t2i_audit.probes.studies import budget_run, freshness
 from t2i_audit.probes.studies.selection import Staged, Whole
 from t2i_audit.rundir import RunDir, read_jsonl
 
-STEPS = 6
+STEPS = 4
 
 
 @pytest.fixture(scope="module")
@@ -38,19 +38,20 @@ def fitted(tmp_path_factory, repo_root):
     src = out.parent / "prompts.jsonl"
     src.write_text("".join(json.dumps(p) + "\n" for p in picked))
     cfg = api.make_config(dict(model="mini", prompts=[str(src)], images_per_prompt=4, steps=STEPS,
-                               stages=["prompts", "generate", "score"], out=str(out), device="cpu"))
+                               scorers=["mini-pixel"], stages=["prompts", "generate", "score"], out=str(out),
+                               device="cpu"))
     rd = RunDir(api.run_audit(cfg, progress=False))
-    with pytest.MonkeyPatch.context() as mp:  # 15 prompts a category are "too few" for a printed AUROC
+    with pytest.MonkeyPatch.context() as mp:  # 8-16 prompts a category are "too few" for a printed AUROC
         mp.setattr(stats, "MIN_PER_CLASS", 1)
         mp.setattr(stats, "MIN_UNITS", 1)
         run_early_stage(rd, model="mini", fractions=(0.2, 0.5), n_boot=20, progress=False)
-    pareto.run(rd, n_boot=100, n_splits=3, budgets=(10, 14, 24), progress=False)
+    pareto.run(rd, n_boot=100, n_splits=3, budgets=(7, 10, 16), progress=False)
     return rd
 
 
 def test_study_curves_controls_and_runnable_outcomes(fitted):
     res = json.loads((fitted.probes_dir / "selection.json").read_text())
-    assert res["loop_steps"] == STEPS and res["seeds_per_prompt"] == 4 and res["steps"] == [1, 2]
+    assert res["loop_steps"] == STEPS and res["seeds_per_prompt"] == 4 and res["steps"] == [0, 1]
     assert res["preregistered"]["registered_on"] == "2026-12-05" and len(res["preregistered"]["file_sha256"]) == 64
     fitted_cats = [c for c, r in res["categories"].items() if "policies" in r]
     assert fitted_cats
@@ -80,7 +81,7 @@ def test_seen_seeds_are_refused(fitted, tmp_path):
         freshness.check(fitted.root, prompts, 4, 0)
     assert freshness.check(fitted.root, prompts, 4, 0, allow_seen=True) == 12
     assert freshness.fresh_base_seed(fitted.root, prompts, 4) == 1
-    res = CliRunner().invoke(app, ["select", "--from", str(fitted.root), "--limit", "6", "--budget", "10",
+    res = CliRunner().invoke(app, ["select", "--from", str(fitted.root), "--limit", "6", "--budget", "7",
                                    "--seed", "0", "--out", str(tmp_path / "sel")])
     assert isinstance(res.exception, AuditError)  # cli.main prints it as "error: …", exit 2
     assert "images of the --from run" in str(res.exception) and "--allow-seen" in str(res.exception)
@@ -110,19 +111,19 @@ def _check_budget_run(out, fitted_root, limit: int, loop_steps: int):
 
 def test_select_budget_end_to_end_on_mini(fitted, tmp_path):
     out = tmp_path / "sel"
-    res = CliRunner().invoke(app, ["select", "--from", str(fitted.root), "--limit", "6", "--budget", "10",
+    res = CliRunner().invoke(app, ["select", "--from", str(fitted.root), "--limit", "6", "--budget", "7",
                                    "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     got, _ = _check_budget_run(out, fitted.root, 6, STEPS)
     assert got["base_seed"] == 1 and got["seeds_seen_by_the_fitted_run"] == 0
     for cat, c in got["categories"].items():
-        assert c["chosen_on_prompts"] >= 5 and c["cost_per_prompt"]["iterations"] <= 10
-    assert "budget 10 loop iterations per prompt, base seed 1" in res.output
+        assert c["chosen_on_prompts"] >= 5 and c["cost_per_prompt"]["iterations"] <= 7
+    assert "budget 7 loop iterations per prompt, base seed 1" in res.output
 
 
 def test_a_probe_policy_scans_ranks_and_continues(fitted, tmp_path, monkeypatch):
     """The probe path with the choice fixed (the choice itself is tested in test_selection_policies): per prompt
-    3 seeds scanned to step 2 of 6, the lowest-risk one continued, a random one and the whole-image baseline too;
+    3 seeds scanned to step 2 of 4, the lowest-risk one continued, a random one and the whole-image baseline too;
     the unseen-prompt mode refits the probe without the scored prompts' twin groups."""
     pol = Staged("probe", 3, ((1, 1),))
     monkeypatch.setattr(budget_run, "choose_for_budget", lambda f, b, records: {
@@ -130,10 +131,10 @@ def test_a_probe_policy_scans_ranks_and_continues(fitted, tmp_path, monkeypatch)
         for c in {p.get("category") for p in records}})
     cfg = api.make_config(dict(model="mini", prompts=[str(fitted.prompts)], limit=4, out=str(tmp_path / "sel"),
                                device="cpu"))
-    res = budget_run.budget_select_run(cfg, fitted.root, budget=10, holdout=True, progress=False, n_boot=50)
+    res = budget_run.budget_select_run(cfg, fitted.root, budget=8, holdout=True, progress=False, n_boot=50)
     got, rows = _check_budget_run(tmp_path / "sel", fitted.root, 4, STEPS)
     assert res["holdout"] and res["fitted_images_left_out"] > 0 and res["prompts_seen_by_the_probe"] == 0
-    assert pol.cost(STEPS).iterations == 3 * 2 + 4 == got["categories"][next(iter(got["categories"]))][
+    assert pol.cost(STEPS).iterations == 3 * 2 + 2 == got["categories"][next(iter(got["categories"]))][
         "cost_per_prompt"]["iterations"]
     for pid in {r["prompt_id"] for r in rows}:
         mine = sorted((r for r in rows if r["prompt_id"] == pid), key=lambda r: r["sample"])
@@ -141,7 +142,7 @@ def test_a_probe_policy_scans_ranks_and_continues(fitted, tmp_path, monkeypatch)
         kept = [r["sample"] for r in mine if "kept" in r["roles"]]
         assert kept == [min(mine[:3], key=lambda r: (r["risk"], r["sample"]))["sample"]]
         assert sum("random" in r["roles"] for r in mine) == 1
-        assert [r["sample"] for r in mine if "whole" in r["roles"]] in ([0], [0, 1])  # 10 iterations: 1 or 2 images
+        assert [r["sample"] for r in mine if "whole" in r["roles"]] == [0, 1]  # 8 iterations: 2 whole images
 
 
 TINY_SUITE = """suite: tiny-budget
@@ -189,3 +190,44 @@ def test_select_budget_on_a_tiny_twin(tmp_path):
     res = budget_run.budget_select_run(cfg, src.root, budget=5, progress=False, n_boot=20)
     assert res["categories"]["color"]["policy"] == pol.name  # clearly ahead of whole images on the other prompts
     _check_budget_run(out, src.root, 3, 3)
+
+
+def test_selection_study_renders_in_a_browser(fitted, tmp_path):
+    """The report's selection section as a person sees it: headless Chromium, no console errors; per studied
+    category a success-against-cost chart (the whole-image curve and the probe's frontier drawn), the budget
+    table, the controls; the binding table from binding.json."""
+    import shutil
+    import subprocess
+
+    from t2i_audit.report import render_report
+    from t2i_audit.rundir import atomic_write_json
+
+    res = json.loads((fitted.probes_dir / "selection.json").read_text())
+    studied = [c for c, r in res["categories"].items() if "policies" in r]
+    cell = {"auroc": {"auroc": 0.71, "ci": [0.6, 0.8]}, "minus_prompt_only": {"diff": 0.2, "ci": [0.1, 0.3]},
+            "p_holm": 0.01, "readable": True}
+    atomic_write_json(fitted.probes_dir / "binding.json", {"loop_steps": STEPS, "categories": {"spatial": {
+        "prompt-only": {"auroc": 0.5}, "steps": {"t001": {"iterations": 2, "families": {"rawmaps": cell}}}}}})
+    try:
+        page = render_report(fitted.root, progress=False)
+    finally:
+        (fitted.probes_dir / "binding.json").unlink()
+    chromium = next((shutil.which(c) for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)),
+                    None)
+    if chromium is None:
+        pytest.skip("no Chromium binary")
+    r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+                        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom",
+                        page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0
+    assert not [line for line in r.stderr.splitlines() if ":CONSOLE" in line and "ERROR" in line.upper()]
+    dom = r.stdout
+    section = dom[dom.index('id="selection-study"'):]
+    section = section[:section.index("</section>")]
+    assert section.count('<svg class="chart pareto"') == len(studied)
+    assert section.count("whole images, best of n by the final judge</title></polyline>") == len(studied)
+    assert section.count("probe (best at each cost)</title></polyline>") == len(studied)
+    assert section.count('<table class="plain sel-budgets small">') == len(studied)
+    assert "Permutation control" in section and "Seen vs unseen prompts" in section
+    assert "Pre-registered (2026-12-05" in section
+    assert "0.710 ✓" in section  # the binding table, readable cells marked
