@@ -93,9 +93,11 @@ def prompt_digest(records: list[dict]) -> str:
 def run_identity(cfg: RunConfig, card, records: list[dict]) -> dict:
     """The settings that determine what a run folder holds, as its marker records them (ownership.py): the
     resolved settings (the card's defaults filled in, as in run.yaml and the fingerprint, so a
-    `run --config RUN/run.yaml` resume matches) with the prompts by content."""
+    `run --config RUN/run.yaml` resume matches) with the prompts by content. Not ``images_per_prompt``:
+    more samples extend a run (the images made stay, each with its own seed), as `-n` always did."""
     filled = RunConfig.model_validate({**cfg.model_dump(), **resolved_settings(cfg, card)})
-    return {**filled.model_dump(exclude=NOT_IDENTITY | {"prompts"}), "prompts": prompt_digest(records)}
+    return {**filled.model_dump(exclude=NOT_IDENTITY | {"prompts", "images_per_prompt"}),
+            "prompts": prompt_digest(records)}
 
 
 def load_config(path: str | Path, **overrides) -> RunConfig:

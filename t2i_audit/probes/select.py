@@ -194,15 +194,15 @@ def selection_summary(rd: RunDir, chosen: list[dict], *, n_of: int, keep: int, s
 
 def select_identity(cfg, card, records: list[dict], from_run: Path, *, keep: int, at: float, baseline: bool) -> dict:
     """What a select run's folder holds is determined by (ownership.py; its default name hashes it): the run's
-    resolved settings and prompts (``images_per_prompt`` is --of), the --from run's fitted probes by content,
-    --keep, --at and --baseline. Not the batch size (a resume keeps the planned one) nor the device."""
+    resolved settings and prompts, --of (unlike `run -n`, it changes which seeds are kept), the --from run's
+    fitted probes by content, --keep, --at and --baseline. Not the batch size (a resume keeps the planned
+    one) nor the device."""
     from ..api import run_identity
     from ..rundir import file_sha256
 
-    ident = run_identity(cfg, card, records)
     probes = RunDir(from_run).probes_dir / "early_probes.json"
-    return {**{k: v for k, v in ident.items() if k != "images_per_prompt"}, "of": cfg.images_per_prompt,
-            "keep": keep, "at": at, "baseline": baseline, "from_probes": f"sha256 {file_sha256(probes)[:16]}"}
+    return {**run_identity(cfg, card, records), "of": cfg.images_per_prompt, "keep": keep, "at": at,
+            "baseline": baseline, "from_probes": f"sha256 {file_sha256(probes)[:16]}"}
 
 
 def resume_argv(cfg, from_run: Path, *, keep: int, at: float, baseline: bool) -> list[str]:

@@ -154,7 +154,8 @@ def test_run_names_and_identity_follow_the_prompts_content(tmp_path, monkeypatch
     code, _, err = _cli(spelled, tmp_path, monkeypatch, capsys)  # same prompts: resumes
     assert code == 0, err
     before = _snapshot(tmp_path / "r")
-    code, _, err = _cli(argv + ["--steps", "3", "-n", "2"], tmp_path, monkeypatch, capsys)
-    _refused(code, err, ["r: made by `t2i-audit run` with other settings", "images_per_prompt: 1 → 2",
-                         "steps: 20 → 3"])
+    code, _, err = _cli(argv + ["--steps", "3", "--seed", "4"], tmp_path, monkeypatch, capsys)
+    _refused(code, err, ["r: made by `t2i-audit run` with other settings", "seed: 0 → 4", "steps: 20 → 3"])
     assert _snapshot(tmp_path / "r") == before
+    code, _, err = _cli(argv + ["-n", "2"], tmp_path, monkeypatch, capsys)  # more samples extend a run, as before
+    assert code == 0, err
