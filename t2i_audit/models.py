@@ -102,7 +102,7 @@ class ModelCard:
         return {"name": self.name, "source": self.source, "repo": self.repo, "revision": self.revision,
                 "local": self.local, "pipeline": self.pipeline, "defaults": self.defaults, "call": self.call,
                 "variant": self.variant, "vae_dtype": self.vae_dtype, "components": self.components,
-                "offload": self.offload, "vae_tiling": self.vae_tiling,
+                "offload": self.offload, "vae_tiling": self.vae_tiling, "sources": self.sources,
                 "licence": self.licence, "gated": self.gated}
 
 

@@ -46,6 +46,7 @@ def test_run_config_of_a_cardless_folder_records_those_defaults(sdxl_folder):
     cfg = api.make_config({"model": str(sdxl_folder), "prompts": ["prompts/colors.yaml"]})
     card = resolve_model(cfg.model)
     assert api.resolved_settings(cfg, card) == {"steps": 50, "guidance": 5.0, "size": 32, "dtype": "float16"}
+    assert card.as_dict()["sources"]["guidance"] == "StableDiffusionXLPipeline.__call__ guidance_scale=5.0"  # manifest
     cfg = api.make_config({"model": str(sdxl_folder), "prompts": ["prompts/colors.yaml"], "size": 64, "steps": 3})
     assert api.resolved_settings(cfg, card)["size"] == 64 and api.resolved_settings(cfg, card)["steps"] == 3
 
