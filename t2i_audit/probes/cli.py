@@ -219,6 +219,7 @@ def select(
                                "against cost of every policy and reference (probes/selection.json)."),
     binding: bool = typer.Option(False, "--binding", help="With --study: also capture per-head maps, raw slot maps, "
                                  "the CFG gap and x0 colours, and write probes/binding.json (AUROC by step per family)."),
+    bootstrap: int = typer.Option(2000, "--bootstrap", help="With --study: bootstrap resamples (twin groups) for CIs."),
     batch_size: int = typer.Option(4, "--batch-size"),
     device: str = typer.Option("auto", "--device"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
@@ -233,7 +234,7 @@ def select(
 
     _from_folder(from_run, run=True)
     if study:
-        _study(from_run, binding=binding, device=device, quiet=quiet)
+        _study(from_run, binding=binding, device=device, quiet=quiet, n_boot=bootstrap)
         return
     model = model or _run_model(from_run)
     if not model:
@@ -273,7 +274,7 @@ def _expanded(cfg) -> list[dict]:
     return expand_suites(cfg.prompts, cfg.limit, cfg.seed)
 
 
-def _study(from_run: Path, *, binding: bool, device: str, quiet: bool) -> None:
+def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: int = 2000) -> None:
     from .studies import pareto
 
     costs = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "selection_costs.json"
@@ -288,16 +289,18 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool) -> None:
         model = _run_model(from_run)
         trajectory.extract(rd, model, fractions=meta["fractions"], device="cpu" if device == "auto" else device,
                            progress=not quiet)
-        binding_study.run(rd, progress=not quiet)
+        binding_study.run(rd, n_boot=min(n_boot, 1000), progress=not quiet)
         typer.echo(f"binding study written to {rd.probes_dir / 'binding.json'}")
-    res = pareto.run(from_run, costs_file=costs if costs.exists() else None, progress=not quiet)
+    res = pareto.run(from_run, n_boot=n_boot, costs_file=costs if costs.exists() else None, progress=not quiet)
     typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'}")
     for cat, r in res["categories"].items():
         if "skipped" in r:
             typer.echo(f"  {cat}: skipped ({r['skipped']})")
             continue
-        h = r.get("headline")
-        if h:
+        h = r.get("headline") or {}
+        if "skipped" in h:
+            typer.echo(f"  {cat} (pre-registered): {h['skipped']}")
+        elif h:
             g = h["gap_to_whole"]
             typer.echo(f"  {cat} (pre-registered) {h['policy']}: {h['success']['mean']:.3f} at "
                        f"{h['cost']['iterations']:.0f} iterations vs whole images {h['whole_images_at_same_cost']['mean']:.3f}"

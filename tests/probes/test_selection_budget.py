@@ -1,4 +1,4 @@
-"""`select --study` and `select --budget` end to end on the shipped mini generator (a 36-prompt × 4-seed fitted
+"""`select --study` and `select --budget` end to end on the shipped mini generator (a 32-prompt × 4-seed fitted
 run at 4 steps; select on --limit 6), on the SD 1.5 twin (plumbing: random weights), and the refusal of seeds
 the fitted run used."""
 
@@ -24,13 +24,12 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory, repo_root):
     from t2i_audit.probes.early_stage import run_early_stage
-    from t2i_audit.probes.studies import pareto
 
     out = tmp_path_factory.mktemp("fit") / "run"
-    # whole twin groups: 8 spatial and 6 colour-binding pairs (a prompt and its swap twin), 8 colour prompts
+    # whole twin groups: 8 spatial and 8 colour-binding pairs (a prompt and its swap twin)
     records = api.expand_suites([str(repo_root / "prompts/mini.yaml")])
     picked = []
-    for cat, n_groups in (("spatial", 8), ("color_binding", 6), ("color", 8)):
+    for cat, n_groups in (("spatial", 8), ("color_binding", 8)):
         groups: dict = {}
         for p in (r for r in records if r["category"] == cat):
             groups.setdefault(p.get("twin_id") or p["id"], []).append(p)
@@ -45,7 +44,11 @@ def fitted(tmp_path_factory, repo_root):
         mp.setattr(stats, "MIN_PER_CLASS", 1)
         mp.setattr(stats, "MIN_UNITS", 1)
         run_early_stage(rd, model="mini", fractions=(0.2, 0.5), n_boot=20, progress=False)
-    pareto.run(rd, n_boot=100, n_splits=3, budgets=(7, 10, 16), progress=False)
+    # the command a user runs: the binding capture and study, then the selection study (5 folds, 2,000 resamples)
+    res = CliRunner().invoke(app, ["select", "--from", str(rd.root), "--study", "--binding", "--bootstrap", "200",
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    rd.study_output = res.output
     return rd
 
 
@@ -200,18 +203,12 @@ def test_selection_study_renders_in_a_browser(fitted, tmp_path):
     import subprocess
 
     from t2i_audit.report import render_report
-    from t2i_audit.rundir import atomic_write_json
 
     res = json.loads((fitted.probes_dir / "selection.json").read_text())
     studied = [c for c, r in res["categories"].items() if "policies" in r]
-    cell = {"auroc": {"auroc": 0.71, "ci": [0.6, 0.8]}, "minus_prompt_only": {"diff": 0.2, "ci": [0.1, 0.3]},
-            "p_holm": 0.01, "readable": True}
-    atomic_write_json(fitted.probes_dir / "binding.json", {"loop_steps": STEPS, "categories": {"spatial": {
-        "prompt-only": {"auroc": 0.5}, "steps": {"t001": {"iterations": 2, "families": {"rawmaps": cell}}}}}})
-    try:
-        page = render_report(fitted.root, progress=False)
-    finally:
-        (fitted.probes_dir / "binding.json").unlink()
+    bound = [c for c, r in json.loads((fitted.probes_dir / "binding.json").read_text())["categories"].items()
+             if "steps" in r]
+    page = render_report(fitted.root, progress=False)
     chromium = next((shutil.which(c) for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)),
                     None)
     if chromium is None:
@@ -230,4 +227,29 @@ def test_selection_study_renders_in_a_browser(fitted, tmp_path):
     assert section.count('<table class="plain sel-budgets small">') == len(studied)
     assert "Permutation control" in section and "Seen vs unseen prompts" in section
     assert "Pre-registered (2026-12-05" in section
-    assert "0.710 ✓" in section  # the binding table, readable cells marked
+    assert section.count('<table class="plain sel-binding">') == len(bound) > 0  # AUROC by step per family
+    assert "<td>rawmaps</td>" in section and "<td>cfg</td>" in section
+
+
+def test_study_command_with_binding(fitted):
+    """`select --from RUN --study --binding` (the fixture ran it): the binding capture (every image replayed in
+    its planned batch, stored like every activation), the AUROC-by-step table, the selection study with the CFG
+    score, budgets in whole images' worth of this run's steps."""
+    from t2i_audit.probes.studies.trajectory import FAMILIES, load
+
+    arrays, rows, meta = load(fitted)
+    assert len(rows) == 32 * 4 and meta["steps"] == [0, 1]
+    for fam in FAMILIES:
+        assert arrays[f"{fam}__t001"].shape == (len(rows), len(meta["columns"][fam]))
+    b = json.loads((fitted.probes_dir / "binding.json").read_text())
+    spatial = b["categories"]["spatial"]
+    assert set(spatial["steps"]) == {"t000", "t001"} and "rawmaps" in spatial["first_readable"]
+    fams = spatial["steps"]["t001"]["families"]
+    assert {"probe", "heads", "rawmaps", "overlap", "cfg", "x0colour", "x0", "x0-fitted"} <= set(fams)
+    assert all(0 <= f["auroc"]["auroc"] <= 1 and "p_holm" in f for f in fams.values())
+    sel = json.loads((fitted.probes_dir / "selection.json").read_text())
+    assert "cfg" in sel["categories"]["spatial"]["auroc"]  # the CFG-difference reference, once captured
+    assert sel["budgets"] == [4, 6, 7, 8, 10, 12, 16]  # 1, 1.5, 1.8, 2, 2.5, 3, 4 images of 4 steps (4 seeds)
+    out = fitted.study_output
+    assert "binding study written" in out and "selection study written" in out
+    assert "spatial (pre-registered): the pre-registered policy scans 6 seeds; this run has 4" in out

@@ -38,7 +38,7 @@ from .clusters import GroupBootstrap, holm, normal_p
 from .risks import Risks, layout
 from .selection import Staged, Whole, grid, on_curve, simulate, whole_curve
 
-DEFAULT_BUDGETS = (20, 30, 36, 40, 50, 60, 80, 100, 120, 160)
+BUDGET_IMAGES = (1, 1.5, 1.8, 2, 2.5, 3, 4, 5, 6, 8)  # budgets in whole images' worth of loop iterations
 SCORES = ("probe", "x0", "x0-fitted", "cfg", "rawmaps")  # rawmaps: the binding study's best spatial family (exploration)
 RUNNABLE = ("probe",)  # scores `select` can rank by (a fitted probe exported per step)
 
@@ -162,8 +162,9 @@ def _seen_unseen(lay, R: Risks, X: np.ndarray, step: int, oof: np.ndarray, boot:
     return out
 
 
-def study(rd: RunDir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, budgets=DEFAULT_BUDGETS,
+def study(rd: RunDir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, budgets=None,
           costs_file: Path | None = None, progress: bool = True) -> tuple[dict, list[dict]]:
+    """``budgets``: loop iterations per prompt (default: BUDGET_IMAGES × the run's steps, up to every seed)."""
     from ..early import load_early, step_at
     from ..early_stage import image_verdicts
     from ..linear import onehot_constituents
@@ -176,6 +177,7 @@ def study(rd: RunDir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, b
     row_of = {key: i for i, key in enumerate(rows)}
     S = 1 + max(k for _, k in rows)
     T, steps = int(meta["loop_steps"]), list(meta["steps"])
+    budgets = budgets or sorted({round(x * T) for x in BUDGET_IMAGES if x <= S})
     onehot, _ = onehot_constituents([by_id[pid] for pid, _ in rows])
     traj, traj_rows = _trajectory(rd, rows)
     head = preregistered.HEADLINE
@@ -302,7 +304,7 @@ def _file_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run(run_dir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, budgets=DEFAULT_BUDGETS,
+def run(run_dir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, budgets=None,
         costs_file: Path | None = None, progress: bool = True) -> dict:
     from ..early_stage import _clean
 

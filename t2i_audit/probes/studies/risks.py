@@ -14,8 +14,9 @@ Kinds of risk (lower = the policy prefers the seed):
 * ``signed(x)`` — an unfitted score whose direction is read off the training folds (the CFG gap);
 * ``seed_split(X)`` — fitted on seeds 0…S/2−1 of every prompt, for seeds S/2…S−1 (the prompts are seen).
 
-A cache (``probes/.selection_cache/<key>.npy``) keeps every risk computed, keyed by what it depends on,
-so a killed study resumes where it stopped.
+A cache (``probes/.selection_cache/<key>.npy``) keeps every risk computed, keyed by what it depends on
+(the features, the labels, the prompts and their fold plan, the seed), so a killed study resumes where
+it stopped.
 """
 
 from __future__ import annotations
@@ -92,8 +93,9 @@ class Risks:
     def _cached(self, name: str, parts: list, compute) -> np.ndarray:
         if self.cache_dir is None:
             return compute()
-        key = hashlib.sha1(json.dumps([self.tag, self.lay.category, name, self.seed, parts,
-                                       self.lay.prompt_ids], default=str).encode()).hexdigest()[:16]
+        folds = self.lay.fold_of_prompt.tolist() if self.lay.fold_of_prompt is not None else None
+        key = hashlib.sha1(json.dumps([self.tag, self.lay.category, name, self.seed, parts, self.lay.prompt_ids,
+                                       folds], default=str).encode()).hexdigest()[:16]
         path = Path(self.cache_dir) / f"{self.lay.category}.{name}.{key}.npy"
         if path.exists():
             return np.load(path)
