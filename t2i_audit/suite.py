@@ -18,6 +18,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import AuditError, SuiteError
 from .safeload import compose_yaml, construct_yaml
 
+# The shipped suites (the repository's top-level prompts/, reached through the t2i_audit/suites link so
+# that the wheel carries them as package data): an installed t2i-audit has them without a checkout.
+SHIPPED_SUITES = Path(__file__).resolve().parent / "suites"
+
+
+def shipped_suite_names() -> list[str]:
+    return sorted(p.stem for p in SHIPPED_SUITES.glob("*.yaml"))
+
+
+def resolve_suite_path(path: str | Path) -> Path:
+    """A suite file as given, or a shipped suite named by its bare name (``mini``, ``colors``).
+
+    Only a bare name that is not itself a file is looked up: a path is never silently swapped for
+    another file, so ``prompts/mini.yaml`` means that file (from a checkout) and ``mini`` the shipped one
+    (from anywhere, also a wheel install)."""
+    p = Path(path)
+    if p.exists() or p.suffix or len(p.parts) != 1:
+        return p
+    shipped = SHIPPED_SUITES / f"{p.name}.yaml"
+    return shipped if shipped.is_file() else p
+
 ATTRIBUTE_FAMILIES = ("color", "shape", "texture", "material", "size")
 RELATION_FAMILIES = ("spatial", "action")
 FAMILIES = ("object", *ATTRIBUTE_FAMILIES, *RELATION_FAMILIES, "count")
@@ -164,7 +185,8 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, int], list[str]]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SuiteError([f"{where}: file not found"]) from None
+        hint = f" (shipped suites, usable by name: {', '.join(shipped_suite_names())})" if not Path(path).suffix else ""
+        raise SuiteError([f"{where}: file not found{hint}"]) from None
     except UnicodeDecodeError as e:
         raise SuiteError([f"{where}: not UTF-8 text ({e.reason} at byte {e.start})"]) from None
     except IsADirectoryError:
@@ -186,8 +208,9 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, int], list[str]]:
 
 
 def load_suite(path: str | Path) -> Suite:
-    """Load and strictly validate a suite; raise SuiteError listing every problem."""
-    path = Path(path)
+    """Load and strictly validate a suite (a path, or a shipped suite's name); raise SuiteError listing
+    every problem."""
+    path = resolve_suite_path(path)
     where = str(path)
     data, lines, problems = load_yaml_with_lines(path)
     if not isinstance(data, dict):

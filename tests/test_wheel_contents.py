@@ -30,10 +30,6 @@ pytestmark = pytest.mark.skipif(not (PKG / "__init__.py").is_file() or not (REPO
 
 # Reads from outside the package: a wheel cannot hold them. Known, and left to a layout decision.
 OUTSIDE = {
-    "t2i_audit/importers/t2i_compbench.py": "the T2I-CompBench grammar's vocabulary adds the shipped suites "
-    "(prompts/*.yaml, outside the package): installed from a wheel it lacks e.g. 'stone' as a texture",
-    "t2i_audit/mini/cli.py": "`mini eval-generator`'s default --suite and `mini eval-judges --agreement` read "
-    "prompts/mini.yaml, outside the package (installed from a wheel: a named 'file not found')",
     "t2i_audit/probes/cli.py": "`select --study` reads benchmarks/results/selection_costs.json, outside the "
     "package: installed from a wheel the study runs without the measured costs",
 }

@@ -12,12 +12,11 @@ from typing import Iterable, Optional
 
 from ..errors import AuditError
 from ..safeload import split_lines
-from ..suite import ATTRIBUTE_FAMILIES
+from ..suite import ATTRIBUTE_FAMILIES, SHIPPED_SUITES
 from .grammar import Declined, Grammar
 from .records import make_record, nonempty, number_ids, read_text
 from .vocab import ATTRIBUTES, NUMBERS
 
-SHIPPED_SUITES = Path(__file__).resolve().parents[2] / "prompts"
 T2I_CATEGORIES = ("3d_spatial", "non_spatial", "color", "shape", "texture", "spatial", "complex", "numeracy")
 
 

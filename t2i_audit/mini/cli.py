@@ -12,10 +12,11 @@ from typing import Optional
 import typer
 
 from ..errors import AuditError
+from ..suite import SHIPPED_SUITES
 
 PKG = Path(__file__).resolve().parent
 WEIGHTS = PKG / "weights"
-SUITE = PKG.parent.parent / "prompts" / "mini.yaml"
+SUITE = SHIPPED_SUITES / "mini.yaml"
 
 mini_app = typer.Typer(help="The mini world: embedded generator and judges with ground truth.",
                        no_args_is_help=True)
