@@ -176,6 +176,30 @@ def _marker_bytes(kind: str, command: str, settings: Optional[Mapping]) -> bytes
     return json.dumps(data, ensure_ascii=False).encode() + b"\n"
 
 
+def check_claimable(path: "Path | str", kind: str, *, command: Optional[str] = None,
+                    settings: Optional[Mapping[str, Any]] = None) -> Optional[Maker]:
+    """:func:`claim_output_dir`'s refusals, writing nothing: for a command that reads its inputs before it
+    knows all its settings, so that a foreign ``--out`` is named before any input's problem. Returns what
+    made the folder (None: new or empty)."""
+    command = command or WRITERS[kind][0]
+    if command not in WRITERS.get(kind, ()):
+        raise ValueError(f"{command!r} is not a registered writer of {kind!r} folders (ownership.WRITERS)")
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        raise AuditError(f"{root}: is a file, not a folder; choose another output folder")
+    maker = folder_maker(root) if root.is_dir() else None
+    if maker is not None and maker.kind:
+        _refuse_other_maker(root, maker, kind, command, settings)
+        return maker
+    entries = {p.name for p in root.iterdir()} if maker is None and root.is_dir() else set()
+    if MARKER in entries and (root / MARKER).is_file():  # claimed by another process since we looked
+        return check_claimable(root, kind, command=command, settings=settings)
+    if entries:
+        raise AuditError(f"{root}: folder is not empty and was not made by t2i-audit (no {MARKER}); refusing "
+                         "to write into it, so nothing of yours is overwritten — choose a new or empty folder")
+    return maker
+
+
 def claim_output_dir(path: "Path | str", kind: str, *, command: Optional[str] = None,
                      settings: Optional[Mapping[str, Any]] = None) -> Path:
     """Make ``path`` the output folder of ``command`` (a writer of ``kind``, :data:`WRITERS`), or refuse
@@ -189,21 +213,10 @@ def claim_output_dir(path: "Path | str", kind: str, *, command: Optional[str] = 
     kind's or command's output — is refused: we never overwrite or delete what is not ours.
     """
     command = command or WRITERS[kind][0]
-    if command not in WRITERS.get(kind, ()):
-        raise ValueError(f"{command!r} is not a registered writer of {kind!r} folders (ownership.WRITERS)")
     root = Path(path)
-    if root.exists() and not root.is_dir():
-        raise AuditError(f"{root}: is a file, not a folder; choose another output folder")
-    maker = folder_maker(root) if root.is_dir() else None
+    maker = check_claimable(root, kind, command=command, settings=settings)
     if maker is not None and maker.kind:
-        _refuse_other_maker(root, maker, kind, command, settings)
         return root
-    entries = {p.name for p in root.iterdir()} if maker is None and root.is_dir() else set()
-    if MARKER in entries and (root / MARKER).is_file():  # claimed by another process since we looked
-        return claim_output_dir(root, kind, command=command, settings=settings)
-    if entries:
-        raise AuditError(f"{root}: folder is not empty and was not made by t2i-audit (no {MARKER}); refusing "
-                         "to write into it, so nothing of yours is overwritten — choose a new or empty folder")
     root.mkdir(parents=True, exist_ok=True)
     data = _marker_bytes(kind, command, settings)
     if maker is not None:  # an interrupted claim of ours (empty marker): finish it

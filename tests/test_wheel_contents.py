@@ -28,10 +28,8 @@ PKG = REPO / "t2i_audit"
 pytestmark = pytest.mark.skipif(not (PKG / "__init__.py").is_file() or not (REPO / "pyproject.toml").is_file(),
                                 reason="needs the source tree (this run tests an installed package)")
 
-# Reads from outside the package: a wheel cannot hold them. Known, and left to a layout decision.
+# Reads from outside the package: a wheel cannot hold them (none today; an entry here marks a known one).
 OUTSIDE = {
-    "t2i_audit/probes/cli.py": "`select --study` reads benchmarks/results/selection_costs.json, outside the "
-    "package: installed from a wheel the study runs without the measured costs",
 }
 
 PATH_OPS = {"parent", "parents", "with_name", "resolve", "absolute", "glob", "rglob"}

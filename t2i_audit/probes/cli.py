@@ -223,7 +223,7 @@ def select(
     batch_size: int = typer.Option(4, "--batch-size"),
     device: str = typer.Option("auto", "--device"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
-    quiet: bool = typer.Option(False, "--quiet"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
 ) -> None:
     """Seed selection: scan N seeds of each prompt to an early step, finish the K the per-image probe likes."""
     from ..api import make_config
@@ -231,7 +231,10 @@ def select(
     from .select import select_run
 
     require_inputs(prompts, "--prompts")  # before --from's probes are read: each input named on its own
+    if out is not None and not study:  # a foreign --out is refused before any input is read (nothing written)
+        from ..ownership import check_claimable
 
+        check_claimable(out, "run", command="select")
     _from_folder(from_run, run=True)
     if study:
         _study(from_run, binding=binding, device=device, quiet=quiet, n_boot=bootstrap)
@@ -277,7 +280,9 @@ def _expanded(cfg) -> list[dict]:
 def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: int = 2000) -> None:
     from .studies import pareto
 
-    costs = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "selection_costs.json"
+    # measured by benchmarks/bench_selection_costs.py (seconds per loop iteration, decode, judge call on the
+    # machine it names); package data through a link, so an installed t2i-audit has it too
+    costs = Path(__file__).resolve().parents[1] / "data" / "selection_costs.json"
     if binding:
         from ..rundir import RunDir
         from .early import load_early

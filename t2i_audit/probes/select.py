@@ -205,13 +205,13 @@ def select_identity(cfg, card, records: list[dict], from_run: Path, *, keep: int
             "baseline": baseline, "from_probes": f"sha256 {file_sha256(probes)[:16]}"}
 
 
-def resume_argv(cfg, from_run: Path, *, keep: int, at: float, baseline: bool) -> list[str]:
-    """The select command (without --out) that continues this run: what `verify` advises after a kill (a
-    `run --config RUN/run.yaml` would generate every seed in full). Paths absolute: it may be run from anywhere."""
+def resume_argv(cfg, from_run: Path, policy: list[str]) -> list[str]:
+    """The select command (without --out) that continues this run, ``policy`` being its policy options
+    (``--of … --keep … --at …`` or ``--budget …``): what `verify` advises after a kill (a `run --config
+    RUN/run.yaml` would generate every seed in full). Paths absolute: it may be run from anywhere."""
     prompts = [a for p in cfg.prompts for a in ("--prompts", str(Path(p).resolve()))]
     return ["select", "--from", str(Path(from_run).resolve()), "--model", cfg.model, *prompts,
-            *(["--limit", str(cfg.limit)] if cfg.limit else []), "--of", str(cfg.images_per_prompt),
-            "--keep", str(keep), "--at", str(at), *([] if baseline else ["--no-baseline"]), "--seed", str(cfg.seed),
+            *(["--limit", str(cfg.limit)] if cfg.limit else []), *policy, "--seed", str(cfg.seed),
             "--batch-size", str(cfg.batch_size)]
 
 
@@ -253,7 +253,8 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
             print(f"[select] {note}", file=sys.stderr)
         cfg = cfg.model_copy(update={"batch_size": planned.batch_size})
         prepare_run(cfg, card, records, root=rd.root,
-                    resume_argv=resume_argv(cfg, from_run, keep=keep, at=at, baseline=baseline))
+                    resume_argv=resume_argv(cfg, from_run, ["--of", str(n_of), "--keep", str(keep), "--at", str(at),
+                                                          *([] if baseline else ["--no-baseline"])]))
         s = scan_settings(src, card, cfg.seed, cfg.batch_size)
         rd.update_stage("generate", status="running", selection={"from": str(from_run), "of": n_of, "keep": keep,
                                                                   "at": at, "loop_step": step}, settings=s,

@@ -122,6 +122,11 @@ def test_select_budget_end_to_end_on_mini(fitted, tmp_path):
     for cat, c in got["categories"].items():
         assert c["chosen_on_prompts"] >= 5 and c["cost_per_prompt"]["iterations"] <= 7
     assert "budget 7 loop iterations per prompt, base seed 1" in res.output
+    # after a kill, verify advises the select --budget command that resumes it (not `run --config`)
+    from t2i_audit.ownership import resume_command
+
+    advice = resume_command(out)
+    assert advice.startswith("t2i-audit select --from") and "--budget 7 --seed 1" in advice and "--out" in advice
 
 
 def test_a_probe_policy_scans_ranks_and_continues(fitted, tmp_path, monkeypatch):

@@ -77,11 +77,7 @@ CASES: dict[str, Case] = {
                     {"prompts": IN_FILE, "from_run": IN_DIR, "out": OUT_FILE}, {"prompts": "JSONL", "from_run": "RUN"},
                     progress=True),
     "select": Case(["select", "--from", "{from_run}", "--limit", "4", "--out", "{out}"],
-                   {"from_run": IN_DIR, "prompts": IN_FILE, "out": OUT_DIR}, {"from_run": "RUN", "prompts": "SUITE"},
-                   xfail={"foreign:out": "select claims --out only after reading --from's per-image probes (the world "
-                          "here has none): the folder is left intact but the refusal names --from — an ownership check "
-                          "of an explicit --out before the probes are read is the folder-identity work "
-                          "(ownership.claim_output_dir, probes/select.py)"}),
+                   {"from_run": IN_DIR, "prompts": IN_FILE, "out": OUT_DIR}, {"from_run": "RUN", "prompts": "SUITE"}),
     "report": Case(["report", "{run}", "--out", "{out}"], {"run": IN_DIR, "out": OUT_DIR}, {"run": "RUN"}, quick=True),
     "compare": Case(["compare", "{runs}", "@RUN2", "--out", "{out}"], {"runs": IN_DIR, "out": OUT_DIR},
                     {"runs": "RUN"}, quick=True),

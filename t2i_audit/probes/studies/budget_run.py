@@ -175,7 +175,7 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
     from ...generate import _done_items, load_pipeline, resolve_device
     from ...models import resolve_model
     from ...rundir import RunLock, atomic_write_jsonl, claim_output_dir, file_sha256
-    from ..select import load_fitted, scan_settings
+    from ..select import load_fitted, resume_argv, scan_settings
     from . import freshness
     from .budget_exec import Counter, Roles, run_chunk_probe, run_chunk_whole
 
@@ -208,7 +208,8 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
     counter = Counter()
     t_all = time.perf_counter()
     with RunLock(rd.root, 0):
-        prepare_run(cfg, card, records, root=rd.root)
+        prepare_run(cfg, card, records, root=rd.root, resume_argv=resume_argv(cfg, from_run, ["--budget", f"{budget:g}",
+                                                                            *(["--holdout"] if holdout else [])]))
         s = scan_settings(src, card, base, cfg.batch_size)
         rd.update_stage("generate", status="running", settings=s,
                         selection={"from": str(from_run), "budget": budget, "seed": base, "holdout": holdout})
