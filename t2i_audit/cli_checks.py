@@ -32,3 +32,11 @@ def require_input(path: "Path | str", option: str, kind: str = "file") -> Path:
 def require_inputs(paths: Optional[Iterable["Path | str"]], option: str, kind: str = "file") -> list[Path]:
     """:func:`require_input` for each of a repeatable option's values (none given: nothing to check)."""
     return [require_input(p, option, kind) for p in paths or ()]
+
+
+def require_suite(path: "Path | str", option: str = "--prompts") -> Path:
+    """A suite given to ``option``: a file (:func:`require_input`) or a shipped suite's bare name (``mini``).
+    Returns the file read; the name as given stays the user's (e.g. for default output names)."""
+    from .suite import resolve_suite_path
+
+    return require_input(resolve_suite_path(path), option)

@@ -120,14 +120,18 @@ def predict(
                                "(prompt, seed) by the per-image probe of `probe --early` (probes/early_probes.json)."),
     of: int = typer.Option(4, "--of", help="With --early: seeds per prompt."),
     at: float = typer.Option(0.2, "--at", help="With --early: fraction of the steps run."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="With --early: base seed of the scanned seeds; default: "
+                                       "the first one after the --from run's whose seeds that run never generated."),
+    allow_seen: bool = typer.Option(False, "--allow-seen", help="With --early: allow scanning seeds the --from run "
+                                    "generated for the same prompt (its probe was fitted on those images)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines (--early's scan)."),
 ) -> None:
     """Rank never-generated prompts (or, with --early, their seeds) by predicted failure risk, using a run's fitted probe."""
-    from ..cli_checks import require_input
+    from ..cli_checks import require_suite
     from . import predict_failures
 
-    require_input(prompts, "--prompts")  # before --from's probe is read: each input named on its own
+    require_suite(prompts)  # before --from's probe is read: each input named on its own
     _from_folder(from_run, run=False)
     out = out or prompts.with_name(prompts.stem + ".risk.jsonl")
     from ..rundir import claim_output_file
@@ -136,8 +140,13 @@ def predict(
     if early:
         from .predict import load_prompts
         from .select import scan_only
+        from .studies import freshness
 
-        ranked = sorted(scan_only(model, load_prompts(prompts), from_run, out, n_of=of, at=at, device=device,
+        records = load_prompts(prompts)
+        # fresh seeds by construction, as select: in-sample risks of the probe's own training images rank nothing
+        base = freshness.fresh_base_seed(from_run, records, of) if seed is None else seed
+        freshness.check(from_run, records, of, base, allow_seen=allow_seen)
+        ranked = sorted(scan_only(model, records, from_run, out, n_of=of, at=at, seed=base, device=device,
                                   progress=not quiet),
                         key=lambda r: -r["risk"])
         for r in ranked[:top]:
@@ -227,10 +236,11 @@ def select(
 ) -> None:
     """Seed selection: scan N seeds of each prompt to an early step, finish the K the per-image probe likes."""
     from ..api import make_config
-    from ..cli_checks import require_inputs
+    from ..cli_checks import require_suite
     from .select import select_run
 
-    require_inputs(prompts, "--prompts")  # before --from's probes are read: each input named on its own
+    for p in prompts or ():  # before --from's probes are read: each input named on its own
+        require_suite(p)
     if out is not None and not study:  # a foreign --out is refused before any input is read (nothing written)
         from ..ownership import check_claimable
 

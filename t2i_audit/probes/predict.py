@@ -18,8 +18,10 @@ from .activations import encoder_fingerprint, resolve_text_encoders
 
 
 def load_prompts(path) -> list[dict]:
-    """PromptRecords from a suite YAML (expanded) or a prompts.jsonl."""
-    path = Path(path)
+    """PromptRecords from a suite YAML (expanded; a shipped suite's bare name too) or a prompts.jsonl."""
+    from ..suite import resolve_suite_path
+
+    path = resolve_suite_path(path)
     if not path.exists():
         raise AuditError(f"--prompts {path}: no such file")
     if path.suffix == ".jsonl":

@@ -204,8 +204,14 @@ def test_predict_early_ranks_seeds_as_select_scans_them(mini_run, studied, tmp_p
     assert all(0 <= r["risk"] <= 1 for r in rows)
     from t2i_audit.generate import image_seed
 
-    assert {(r["prompt_id"], r["seed"]) for r in rows} == {(p["id"], image_seed(p["id"], k, 0))
+    # fresh seeds by default (as select): base seed 1, none an image the probe was fitted on
+    assert {(r["prompt_id"], r["seed"]) for r in rows} == {(p["id"], image_seed(p["id"], k, 1))
                                                           for p in prompts for k in (0, 1)}
+    # the fitted run's own seeds are refused unless asked for
+    seen = CliRunner().invoke(app, ["predict", "--model", "mini", "--prompts", str(src), "--from", str(mini_run.root),
+                                    "--early", "--of", "2", "--seed", "0", "--out", str(tmp_path / "seen.jsonl")])
+    assert seen.exit_code != 0 and "--seed 0: 4 scanned seeds of 2 prompts are images of the --from run" in str(seen.exception)
+    assert not (tmp_path / "seen.jsonl").exists()
 
 
 def test_report_section_renders_in_a_browser(mini_run, studied, tmp_path):
