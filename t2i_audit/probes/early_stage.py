@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import stats
 from ..errors import AuditError
+from ..prompts import twin_group
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
 from . import per_image
 from .early import DEFAULT_FRACTIONS, extract_early_features, load_early
@@ -95,12 +96,14 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
     t0 = time.perf_counter()
     for cat in sorted({str(p.get("category")) for p in recs}):
         idx = np.flatnonzero(labelled & np.array([str(p.get("category")) == cat for p in recs]))
-        n_groups = len({recs[i].get("composition") or recs[i]["id"] for i in idx})
+        # folds and bootstrap clusters: a composition with its swap twin (prompts.twin_group), never split
+        group_of = np.array([twin_group(recs[i]) for i in idx])
+        n_groups = len(set(group_of.tolist()))
         if n_groups < 3 or len(np.unique(failed[idx])) < 2:
-            out["categories"][cat] = {"skipped": f"{len(idx)} labelled images of {n_groups} compositions, failure rate "
+            out["categories"][cat] = {"skipped": f"{len(idx)} labelled images of {n_groups} twin groups, failure rate "
                                                  f"{failed[idx].mean() if len(idx) else float('nan'):.2f}"}
             continue
-        y, groups, clusters = failed[idx], np.array([recs[i].get("composition") or recs[i]["id"] for i in idx]), pids[idx]
+        y, groups, clusters = failed[idx], group_of, group_of
         folds = grouped_folds(groups, n_splits, seed)
         tr_s, te_s = _seed_split(samples[idx])
         seeds_absent = None if len(tr_s) and len(te_s) else SEEDS_ABSENT

@@ -95,7 +95,8 @@ def apply_probe(probe: Mapping, X: np.ndarray) -> np.ndarray:
 def compare(y: np.ndarray, risk: np.ndarray, refs: Mapping[str, np.ndarray], clusters: np.ndarray,
             compositions: np.ndarray, *, n_boot: int, seed: int) -> dict:
     """AUROC (CI) of ``risk`` and of each reference, and the paired difference against each. CIs resample
-    whole prompts (``clusters``): the images of one prompt are not independent. Below the small-sample rule
+    whole ``clusters`` (a composition with its swap twin, :func:`t2i_audit.prompts.twin_group`): the images of
+    one prompt, and a prompt and its twin, are not independent. Below the small-sample rule
     (:func:`t2i_audit.stats.too_few`, counting ``compositions``) an AUROC is stored as "too few", not a number,
     and no difference is computed from it."""
     ok = np.isfinite(risk)

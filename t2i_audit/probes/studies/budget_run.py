@@ -51,7 +51,7 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
     """category → {policy, fell_back, prompts (how many the choice rested on)}."""
     from ...safeload import read_json
     from .budget import decide
-    from .risks import twin_group
+    from ...prompts import twin_group
 
     rd = RunDir(from_run)
     path, summary = rd.probes_dir / "selection_outcomes.jsonl", rd.probes_dir / "selection.json"
@@ -97,7 +97,7 @@ def refit_without(from_run: Path, fitted: dict, records: list[dict], steps: set[
     from ..early_stage import image_verdicts
     from ..linear import onehot_constituents
     from ..per_image import design, export_probe
-    from .risks import twin_group
+    from ...prompts import twin_group
 
     rd = RunDir(from_run)
     arrays, rows, _ = load_early(rd)
@@ -141,7 +141,7 @@ def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loo
     whole images' at the policy's cost; paired differences over twin groups."""
     from ..early_stage import image_verdicts
     from .clusters import GroupBootstrap
-    from .risks import twin_group
+    from ...prompts import twin_group
 
     verdicts, deciding, _ = image_verdicts(rd, records)
     by_id = {p["id"]: p for p in records}

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...prompts import twin_group
 from .. import per_image
 
 
@@ -36,8 +37,6 @@ def _digest(a: np.ndarray) -> str:
     return f"{a.shape}:{a.dtype}:" + hashlib.sha1(a.tobytes()).hexdigest()[:16]
 
 
-def twin_group(p: dict) -> str:
-    return str(p.get("twin_id") or p.get("composition") or p["id"])
 
 
 @dataclass
