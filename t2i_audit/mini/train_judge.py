@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -60,11 +59,9 @@ class JudgeConfig:
 
 
 def register(cfg: dict, name: str = MODEL_NAME) -> None:
-    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
+    from ..scorers.clip_models import register_open_clip_config
 
-    tmp = Path(tempfile.mkdtemp(prefix="mini_judge_cfg_"))
-    (tmp / f"{name}.json").write_text(json.dumps(cfg))
-    open_clip.add_model_config(tmp)
+    register_open_clip_config(name, cfg)
 
 
 def load_judge(folder: Path | str, device: str = "cpu"):

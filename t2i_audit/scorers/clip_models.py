@@ -20,7 +20,6 @@ from typing import Any, Mapping
 
 from ..errors import AuditError
 
-_REGISTERED: dict[str, str] = {}
 CHECKPOINT_NAMES = ("model.safetensors", "open_clip_model.safetensors", "open_clip_model.pt",
                     "open_clip_pytorch_model.bin")
 
@@ -45,9 +44,7 @@ def model_dtype(model_cfg: Mapping[str, Any], device: str):
 
 
 def _register_open_clip_config(name: str, config_path: str) -> None:
-    """Register a custom architecture JSON under ``name`` (open_clip names configs by file stem)."""
-    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
-
+    """Register a custom architecture JSON file under ``name`` (open_clip names configs by file stem)."""
     p = Path(config_path)
     if not p.exists():
         raise AuditError(f"{p}: open_clip model config not found")
@@ -55,14 +52,24 @@ def _register_open_clip_config(name: str, config_path: str) -> None:
         cfg = json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise AuditError(f"{p}: invalid JSON ({e.msg})") from None
-    cfg = cfg.get("model_cfg", cfg)
-    key = json.dumps(cfg, sort_keys=True)
-    if _REGISTERED.get(name) == key:
+    register_open_clip_config(name, cfg.get("model_cfg", cfg))
+
+
+def register_open_clip_config(name: str, cfg: Mapping[str, Any]) -> None:
+    """Make ``name`` mean architecture ``cfg`` in open_clip's registry, unless it already does.
+
+    The registry is one global of the process that every caller writes into (the shipped mini judge and a
+    freshly trained one are both ``mini-judge``), so the check is against what open_clip holds now, never
+    against what this function registered last: a remembered registration goes stale the moment another
+    caller re-registers the name, and the checkpoint then meets the other architecture."""
+    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
+
+    cfg = json.loads(json.dumps(dict(cfg)))  # plain JSON types, as open_clip reads them back from the file
+    if open_clip.get_model_config(name) == cfg:
         return
     tmp = Path(tempfile.mkdtemp(prefix="t2i_audit_oc_"))
     (tmp / f"{name}.json").write_text(json.dumps(cfg))
-    open_clip.add_model_config(tmp)
-    _REGISTERED[name] = key
+    open_clip.add_model_config(tmp)  # appended last, so it wins every later rescan until re-registered
 
 
 def open_clip_build_kwargs(arch: str, tag: str | None) -> dict:

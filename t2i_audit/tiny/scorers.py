@@ -38,28 +38,23 @@ def bert_tokenizer(extra=()):
 
 def open_clip_model(folder: Path, name: str = "tiny-oc") -> dict:
     """A 32-px open_clip ViT from a custom config + a safetensors checkpoint."""
-    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
     import torch
     from safetensors.torch import save_file
+
+    from ..extras import open_clip  # AuditError naming the [open-clip] extra if missing
+    from ..scorers.clip_models import register_open_clip_config
 
     folder.mkdir(parents=True, exist_ok=True)
     cfg = {"embed_dim": 32,
            "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 8, "head_width": 16},
            "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
     (folder / "config.json").write_text(json.dumps(cfg))
-    open_clip.add_model_config(_stem_dir(folder, name, cfg))
+    register_open_clip_config(name, cfg)
     torch.manual_seed(0)
     model = open_clip.create_model(name, pretrained=None)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
     return {"backend": "open_clip", "id": name, "local": True, "revision": "tiny",
             "config": str(folder / "config.json"), "pretrained": str(folder / "model.safetensors")}
-
-
-def _stem_dir(folder: Path, name: str, cfg: dict) -> Path:
-    d = folder / "_cfg"
-    d.mkdir(exist_ok=True)
-    (d / f"{name}.json").write_text(json.dumps(cfg))
-    return d
 
 
 def hf_clip_model(folder: Path) -> dict:

@@ -194,3 +194,19 @@ def test_mini_judge_style_folder_as_model(tmp_path, model_dir):
         (tmp_path / "empty").mkdir()
         run_score_stage(make_run(tmp_path / "run2", [(P, SCENE)]), ["clip"],
                         overrides={"clip": {"model": {"id": str(tmp_path / "empty"), "local": True}}}, progress=False)
+
+
+def test_a_name_re_registered_by_another_caller_is_registered_again(tmp_path):
+    """open_clip's config registry is one global: training a mini judge registers ``mini-judge`` with its own
+    (here tiny) architecture, after which the shipped judge, loaded earlier under the same name, must still load
+    (CI failed 12 tests on 'text pos_embed width changed!' when a remembered registration was trusted)."""
+    from t2i_audit.mini.clip_judge import MiniClipJudge
+    from t2i_audit.mini.train_judge import register
+    from t2i_audit.scorers.clip_models import load_clip
+
+    shipped = MiniClipJudge(get_card("mini-judge")).resolved_model()
+    width = load_clip(shipped).model.positional_embedding.shape[1]
+    tiny = json.loads(json.dumps(tm.open_clip_model(tmp_path / "oc")))  # a 32-wide architecture...
+    register(json.loads((tmp_path / "oc" / "config.json").read_text()))  # ...now named mini-judge, as train_judge does
+    assert width != 32 and tiny["id"] == "tiny-oc"
+    assert load_clip(shipped).model.positional_embedding.shape[1] == width
