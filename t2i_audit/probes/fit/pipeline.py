@@ -114,10 +114,10 @@ def _fit_sklearn(p: Problem, n_classes: int) -> Fitted:
 
 def _fit_torch(problems: Sequence[Problem], n_classes: int, device) -> list[Fitted]:
     out: list = [None] * len(problems)
-    by_dim: dict[int, list[int]] = {}
-    for i, p in enumerate(problems):
-        by_dim.setdefault(int(np.shape(p.X)[1]), []).append(i)
-    for idx in by_dim.values():  # one batched fit per feature width
+    by_dim: dict[tuple, list[int]] = {}
+    for i, p in enumerate(problems):  # one batched fit per feature width and class count (no padded classes)
+        by_dim.setdefault((int(np.shape(p.X)[1]), int(np.max(p.y, initial=0)) + 1), []).append(i)
+    for (_, K), idx in by_dim.items():
         arrays, slot, medians, keys = [], {}, {}, {}
         for i in idx:
             p = problems[i]
@@ -141,13 +141,16 @@ def _fit_torch(problems: Sequence[Problem], n_classes: int, device) -> list[Fitt
         for k, i in enumerate(idx):
             p = problems[i]
             labels[k, p.train], train[k, p.train] = p.y, True
-        res = fit_logistic(arrays, [slot[keys[i]] for i in idx], labels, train, n_classes,
+        res = fit_logistic(arrays, [slot[keys[i]] for i in idx], labels, train, K,
                            scale=[problems[i].scale for i in idx], C=[problems[i].C for i in idx], device=device)
         for k, i in enumerate(idx):
             p = problems[i]
-            params = {"median": medians.get(keys[i]), "mean": res.mean[k], "scale": res.scale[k],
-                      "coef": res.coef[k], "intercept": res.intercept[k]}
-            out[i] = Fitted(res.proba[k][p.predict], params)
+            proba = np.zeros((len(p.predict), n_classes))
+            proba[:, :K] = res.proba[k][p.predict]
+            coef = np.zeros((n_classes, res.coef.shape[2]))
+            coef[:K] = res.coef[k]
+            out[i] = Fitted(proba, {"median": medians.get(keys[i]), "mean": res.mean[k], "scale": res.scale[k],
+                                    "coef": coef, "intercept": np.r_[res.intercept[k], np.zeros(n_classes - K)]})
     return out
 
 
