@@ -1,19 +1,23 @@
 """``t2i-audit select``: run N seeds of each prompt to an early step, finish only the K the probe likes.
 
-1. **Scan** — every (prompt, sample < N) is replayed in planned batches (``generate.plan_batches``
-   over N samples) up to the loop step of ``--at`` and its early features go through the per-image
-   probe fitted on an earlier run (``--from RUN``: ``probes/early_probes.json``, written by
-   ``t2i-audit probe RUN --early``). Risks are written to ``selection.jsonl``.
-2. **Finish** — the K lowest-risk samples of each prompt are generated in full, and (``--baseline``,
-   the default) K samples drawn at random per prompt (a seeded draw, the same on every machine), so
-   the run measures what selection bought on the same prompts, judge and seeds. Each image keeps its
-   sample index, hence its seed (``generate.image_seed``): it is the image a full run would make of
-   that seed, up to batch-mates (its bytes depend on the finish batches, cut from the kept list in
-   prompt order every ``batch_size``).
-3. **Score** — the run's scorers (as ``run`` would choose them); ``selection.json`` reports the
-   success of kept vs random images (bootstrap CI over prompts) and the cost in denoiser loop
-   iterations: scan ``N · (step + 1)`` + finish ``K · steps`` against ``N · steps`` for best-of-N by
-   the final judge.
+One execution path with ``select --budget`` (``studies/budget_exec.py``): ``--of N --keep K --at F`` is the
+one-rung policy "scan N, keep K at loop step s" run on every prompt.
+
+1. **Scan** — per chunk of prompts (``budget_exec.CHUNK_PROMPTS``, in prompt order), every (prompt, sample < N)
+   is replayed in the chunk's planned batches (``generate.plan_batches``) up to the loop step ``s`` of ``--at``;
+   its early features go through the per-image probe fitted on an earlier run (``--from RUN``:
+   ``probes/early_probes.json``, written by ``t2i-audit probe RUN --early``), and the pipeline's state after
+   iteration ``s`` is kept (``studies/continuation.py``). Risks are written to ``selection.jsonl``.
+2. **Finish** — the K lowest-risk samples of each prompt and (``--baseline``, the default) K samples drawn at
+   random per prompt (a seeded draw, the same on every machine) are **continued** from their scanned latents:
+   ``T − s − 1`` more iterations each, not ``T`` again. Each image keeps its sample index, hence its seed
+   (``generate.image_seed``); its bytes are those of an uninterrupted generation of that seed up to batch-mates:
+   they depend on its scan batch and its finish batch (the chunk's finished seeds in order, cut every
+   ``batch_size``), both fixed by the settings, so a resumed or healed run ends with the same bytes.
+3. **Score** — the run's scorers (as ``run`` would choose them); ``selection.json`` reports the success of
+   kept vs random images (bootstrap CI over prompts) and the cost per prompt as ``studies/costs.py`` counts
+   it: scan ``N · (s + 1)`` + finish ``K · (T − s − 1)`` loop iterations, ``K`` decodes, the judge calls,
+   against ``N · T`` for best-of-N by the final judge.
 
 The run folder is an ordinary run (``report``, ``verify``, ``compare`` read it); sample indices of the
 images not finished are simply absent.
@@ -29,8 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AuditError
-from ..resume import reusable_records, stamped
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
+
+
+FINISH = "continued from the scan"  # select_identity: how the kept seeds are finished
 
 
 def load_fitted(from_run: Path) -> dict:
@@ -64,33 +70,38 @@ def random_picks(prompt_id: str, n_of: int, keep: int, seed: int) -> list[int]:
     return sorted(random.Random(digest).sample(range(n_of), keep))
 
 
-def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: int, step: int,
-         progress: bool, resume: dict | None = None) -> list[dict]:
-    """Risk of every (prompt, sample < n_of) from its features at ``step``, written to ``path`` (JSONL) batch by
-    batch. ``resume``: the settings every risk depends on; records of ``path`` made with exactly these are
-    reused, anything else in it is scanned again (:mod:`t2i_audit.resume`). None: ``path`` is replaced."""
-    from ..generate import image_seed, plan_batches
+def scan_record(p: dict, sample: int, seed: int, risk: float) -> dict:
+    """One scanned candidate as ``selection.jsonl`` and ``predict --early`` write it."""
+    return {"prompt_id": p["id"], "sample": sample, "seed": seed, "risk": risk, "category": p.get("category"),
+            "text": p["text"]}
+
+
+def batch_risks(pipe, batch: list[tuple[dict, int]], seeds: list[int], fitted: dict, s: dict, step: int,
+                extra=()) -> list[float]:
+    """The fitted probe's risk of each member of one planned batch, replayed to loop index ``step`` (``extra``:
+    more recorders for the replay, e.g. the continuation snapshot)."""
     from .early import replay_batch
     from .linear import onehot_constituents
     from .per_image import apply_probe, design
 
-    done = reusable_records(path, resume, lambda r: (r["prompt_id"], int(r["sample"]))) if resume else {}
+    arrays = replay_batch(pipe, batch, seeds, s, [step], previews=False, extra=extra)
+    X = design(arrays, step, "probe", slice(None), onehot_constituents([p for p, _ in batch], fitted["onehot"])[0])
+    return [float(apply_probe(_probe_for(fitted, str(p.get("category")), step), X[j:j + 1])[0])
+            for j, (p, _) in enumerate(batch)]
+
+
+def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: int, step: int,
+         progress: bool) -> list[dict]:
+    """``predict --early``: the risk of every (prompt, sample < n_of) at ``step``, nothing finished; ``path``
+    (JSONL) replaced batch by batch."""
+    from ..generate import image_seed, plan_batches
+
     plan = plan_batches(prompts, n_of, s["batch_size"])
     out = []
     for b, batch in enumerate(plan):
-        if all((p["id"], k) in done for p, k in batch):
-            out += [done[(p["id"], k)] for p, k in batch]
-            continue
         seeds = [image_seed(p["id"], k, s["seed"]) for p, k in batch]
-        arrays = replay_batch(pipe, batch, seeds, s, [step], previews=False)
-        recs = [p for p, _ in batch]
-        X = design(arrays, step, "probe", slice(None), onehot_constituents(recs, fitted["onehot"])[0])
-        made = []
-        for j, (p, k) in enumerate(batch):
-            risk = float(apply_probe(_probe_for(fitted, str(p.get("category")), step), X[j:j + 1])[0])
-            made.append({"prompt_id": p["id"], "sample": k, "seed": seeds[j], "risk": risk,
-                         "category": p.get("category"), "text": p["text"]})
-        out += stamped(made, resume) if resume else made
+        risks = batch_risks(pipe, batch, seeds, fitted, s, step)
+        out += [scan_record(p, k, x, r) for (p, k), x, r in zip(batch, seeds, risks)]
         atomic_write_jsonl(path, out)  # whole batches only: a kill loses at most this batch
         if progress:
             print(f"[select] scanned batch {b + 1}/{len(plan)}", file=sys.stderr)
@@ -116,49 +127,21 @@ def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_o
     return scan(out, pipe, prompts, fitted, s, n_of=n_of, step=step, progress=progress)
 
 
-def choose(scanned: list[dict], *, n_of: int, keep: int, seed: int, baseline: bool) -> list[dict]:
-    """Mark each candidate kept / random (both possible); ties in risk go to the lower sample index."""
-    by: dict[str, list[dict]] = {}
-    for r in scanned:
-        by.setdefault(r["prompt_id"], []).append(r)
-    for pid, rows in by.items():
-        rows.sort(key=lambda r: r["sample"])
-        kept = {r["sample"] for r in sorted(rows, key=lambda r: (r["risk"], r["sample"]))[:keep]}
-        rand = set(random_picks(pid, n_of, keep, seed)) if baseline else set()
-        for r in rows:
-            r["kept"], r["random"] = r["sample"] in kept, r["sample"] in rand
-    return scanned
+def selection_cost(n_of: int, keep: int, step: int, steps: int) -> dict:
+    """What "scan N to loop index s, continue the best K" spends per prompt, as ``studies/costs.py`` counts it,
+    against best-of-N whole images judged by the final judge."""
+    from .studies.costs import staged, whole_images
 
-
-def finish(rd: RunDir, pipe, card, prompts: list[dict], chosen: list[dict], s: dict, progress: bool) -> int:
-    """Generate every kept / random sample in full, in batches cut from that list; resumable."""
-    import torch
-
-    from ..generate import _done_items, _write_batch, output_images, pipeline_call_kwargs
-
-    by_id = {p["id"]: p for p in prompts}
-    todo = [(by_id[r["prompt_id"]], r["sample"], r["seed"]) for r in chosen if r["kept"] or r["random"]]
-    done = _done_items(rd)
-    made = 0
-    for i in range(0, len(todo), s["batch_size"]):
-        batch = todo[i:i + s["batch_size"]]
-        if all((p["id"], k) in done for p, k, _ in batch):
-            continue
-        gens = [torch.Generator("cpu").manual_seed(int(seed)) for _, _, seed in batch]
-        kwargs, _ = pipeline_call_kwargs(type(pipe), [p["text"] for p, _, _ in batch], gens, steps=s["steps"],
-                                         guidance=s["guidance"], size=s["size"], output_type="np", call=card.call)
-        images = output_images(pipe(**kwargs))
-        keep = [j for j, (p, k, _) in enumerate(batch) if (p["id"], k) not in done]
-        _write_batch(rd, card, [(batch[j][0], batch[j][1]) for j in keep], [batch[j][2] for j in keep],
-                     [images[j] for j in keep], [False] * len(keep), 0.0, 0, s["size"],
-                     batch_info={"batch": i // s["batch_size"], "finish_batch": True})
-        made += len(keep)
-        if progress:
-            print(f"[select] finished {min(i + s['batch_size'], len(todo))}/{len(todo)}", file=sys.stderr)
-    records = _done_items(rd)
-    order = [(p["id"], k) for p, k, _ in todo]
-    atomic_write_jsonl(rd.images, [records[key] for key in order if key in records])
-    return made
+    spent, full = staged(n_of, [(step, keep)], steps), whole_images(n_of, steps)
+    scan_cost = n_of * (step + 1)
+    return {"unit": "per prompt: denoiser loop iterations (classifier-free guidance batched: one call each), VAE "
+                    "decodes, judge calls; the random seeds finished beside (--baseline) measure the lift and are "
+                    "not the policy's cost",
+            "scan": scan_cost, "finish": spent.iterations - scan_cost, "selected_total": spent.iterations,
+            "decodes": spent.decodes, "judge_calls": spent.judge_calls,
+            "regenerated_instead": scan_cost + keep * steps,  # what finishing the kept seeds from noise would cost
+            "best_of_n_by_final_judge": full.iterations, "best_of_n": full.as_dict(),
+            "saved_fraction": 1 - spent.iterations / full.iterations}
 
 
 def selection_summary(rd: RunDir, chosen: list[dict], *, n_of: int, keep: int, step: int, steps: int,
@@ -177,12 +160,8 @@ def selection_summary(rd: RunDir, chosen: list[dict], *, n_of: int, keep: int, s
     pairs = [(np.mean(v["kept"]), np.mean(v["random"])) for v in by.values() if v["kept"] and v["random"]]
     kept, rand = (np.array([p[i] for p in pairs]) for i in (0, 1))
     n_prompts = len({r["prompt_id"] for r in chosen})
-    scan_cost, finish_cost, full = n_of * (step + 1), keep * steps, n_of * steps
     out = {"n_of": n_of, "keep": keep, "loop_step": step, "loop_steps": steps, "labels_from": deciding,
-           "cost": {"unit": "denoiser loop iterations per prompt (classifier-free guidance batched: one call each)",
-                    "scan": scan_cost, "finish": finish_cost, "selected_total": scan_cost + finish_cost,
-                    "best_of_n_by_final_judge": full, "saved_fraction": 1 - (scan_cost + finish_cost) / full,
-                    "prompts": n_prompts}}
+           "cost": {**selection_cost(n_of, keep, step, steps), "prompts": n_prompts}}
     if len(pairs) >= 3:
         lo, hi = stats.bootstrap_ci(lambda a, b: float(np.mean(a - b)), kept, rand, n_resamples=n_boot, seed=seed)
         out.update({"n_prompts": len(pairs), "kept_success": float(kept.mean()), "random_success": float(rand.mean()),
@@ -195,14 +174,15 @@ def selection_summary(rd: RunDir, chosen: list[dict], *, n_of: int, keep: int, s
 def select_identity(cfg, card, records: list[dict], from_run: Path, *, keep: int, at: float, baseline: bool) -> dict:
     """What a select run's folder holds is determined by (ownership.py; its default name hashes it): the run's
     resolved settings and prompts, --of (unlike `run -n`, it changes which seeds are kept), the --from run's
-    fitted probes by content, --keep, --at and --baseline. Not the batch size (a resume keeps the planned
-    one) nor the device."""
+    fitted probes by content, --keep, --at, --baseline, and how kept seeds are finished (continued from the
+    scan: a folder whose images were regenerated from noise holds other bytes). Not the batch size (a resume
+    keeps the planned one) nor the device."""
     from ..api import run_identity
     from ..rundir import file_sha256
 
     probes = RunDir(from_run).probes_dir / "early_probes.json"
     return {**run_identity(cfg, card, records), "of": cfg.images_per_prompt, "keep": keep, "at": at,
-            "baseline": baseline, "from_probes": f"sha256 {file_sha256(probes)[:16]}"}
+            "baseline": baseline, "from_probes": f"sha256 {file_sha256(probes)[:16]}", "finish": FINISH}
 
 
 def resume_argv(cfg, from_run: Path, policy: list[str]) -> list[str]:
@@ -217,13 +197,15 @@ def resume_argv(cfg, from_run: Path, policy: list[str]) -> list[str]:
 
 def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline: bool = True,
                progress: bool = True, n_boot: int = 1000, allow_seen: bool = False) -> dict:
-    """The whole command: lay out the run, scan, choose, finish, score, summarise."""
+    """The whole command: lay out the run, scan, choose, continue, score, summarise."""
     from ..api import default_run_dir, expand_suites, prepare_run, prompt_digest, score_stage
-    from ..generate import GenSettings, _keep_recorded_plan, load_pipeline, resolve_device
+    from ..generate import GenSettings, _done_items, _keep_recorded_plan, load_pipeline, resolve_device
     from ..models import resolve_model
     from ..ownership import claim_output_dir
     from ..rundir import RunLock
     from .early import step_at
+    from .studies.budget_exec import CHUNK_PROMPTS, Counter, Roles, ScanJournal, Work, run_policies
+    from .studies.selection import Staged
 
     if not 1 <= keep <= n_of:
         raise AuditError(f"--keep {keep} --of {n_of}: keep between 1 and the number of seeds")
@@ -260,16 +242,24 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
                                                                   "at": at, "loop_step": step}, settings=s,
                         planned_batch_size=cfg.batch_size)
         pipe = load_pipeline(card, device, s["dtype"])
+        policy = Staged("probe", n_of, ((step, keep),))
         # a risk depends on the fitted probe, the step, the sampler settings and the batch it was replayed in
         made_with = {"from_probes": identity["from_probes"], "loop_step": step, "n_of": n_of, "model": cfg.model,
-                     "prompts": prompt_digest(records), **s}
-        scanned = scan(rd.root / "selection.jsonl", pipe, records, fitted, s, n_of=n_of, step=step, progress=progress,
-                       resume=made_with)
-        chosen = choose(scanned, n_of=n_of, keep=keep, seed=cfg.seed, baseline=baseline)
+                     "prompts": prompt_digest(records), **s, "chunk_prompts": CHUNK_PROMPTS}
+        counter, before = Counter(), _done_items(rd)
+        hook = counter.attach(pipe)
+        try:
+            rows = run_policies(rd, pipe, card, [Work("scan and finish", records, policy, Roles(
+                policy, cfg.seed, src["steps"], random_k=keep if baseline else 0, whole=False))], fitted, s, cfg.seed,
+                counter, ScanJournal(rd.root / "selection.jsonl", made_with), progress)
+        finally:
+            hook.remove()
+        chosen = [{**{k: v for k, v in r.items() if k not in ("roles", "scan_step")}, "kept": "kept" in r["roles"],
+                   "random": "random" in r["roles"]} for r in rows]
         atomic_write_jsonl(rd.root / "selection.jsonl", chosen)
-        made = finish(rd, pipe, card, records, chosen, s, progress)
         rd.update_stage("generate", status="done", images=sum(1 for r in chosen if r["kept"] or r["random"]),
-                        generated_now=made, planned_batch_size=cfg.batch_size)
+                        generated_now=len(set(_done_items(rd)) - set(before)), planned_batch_size=cfg.batch_size,
+                        spent_now=counter.as_dict())
         score_stage(rd, list(card.scorers) or None, {r["category"] for r in records}, device=device,
                     batch_size=cfg.batch_size, progress=progress, tiny=card.tiny)
         summary = selection_summary(rd, chosen, n_of=n_of, keep=keep, step=step, steps=src["steps"], n_boot=n_boot,

@@ -147,8 +147,10 @@ def test_select_end_to_end(mini_run, studied, tmp_path):
     # seed 1: the run's own seed 0 would scan its training images (studies/freshness.py refuses that)
     cfg = api.make_config(dict(model="mini", prompts=[str(src)], out=str(tmp_path / "sel"), device="cpu", seed=1))
     res = select_run(cfg, mini_run.root, n_of=2, keep=1, at=0.2, n_boot=50, progress=False)
-    # scan 2 seeds x 2 iterations + finish 1 x 6, against best-of-2 by the final judge (2 x 6)
-    assert res["cost"]["selected_total"] == 10 and res["cost"]["saved_fraction"] == pytest.approx(1 / 6)
+    # scan 2 seeds x 2 iterations + continue 1 from its latents x 4 (not 6 again), against best-of-2 by the final
+    # judge (2 x 6)
+    assert res["cost"]["selected_total"] == 8 and res["cost"]["saved_fraction"] == pytest.approx(1 / 3)
+    assert res["cost"]["regenerated_instead"] == 10 and res["cost"]["decodes"] == 1
     rd = RunDir(tmp_path / "sel")
     chosen = list(read_jsonl(rd.root / "selection.jsonl"))
     assert len(chosen) == 2 * len(prompts)
@@ -283,7 +285,7 @@ def test_select_on_a_tiny_twin(tmp_path):
     out = tmp_path / "sel"
     res = select_run(api.make_config(dict(model="tiny-sd", prompts=[str(src.prompts)], out=str(out), device="cpu",
                                           seed=1)), src.root, n_of=2, keep=1, at=0.5, n_boot=20, progress=False)
-    assert res["cost"]["selected_total"] == 2 * 1 + 1 * 2 and res["loop_step"] == 0
+    assert res["cost"]["selected_total"] == 2 * 1 + 1 * 1 and res["loop_step"] == 0  # scan 2 x 1, continue 1 x 1
     chosen = list(read_jsonl(out / "selection.jsonl"))
     assert len(chosen) == 8 and sum(r["kept"] for r in chosen) == 4
     assert {(r["prompt_id"], r["sample"]) for r in chosen if r["kept"] or r["random"]} == \

@@ -63,7 +63,7 @@ def _continue(pipe, card, texts, snap, size):
 def test_continued_equals_uninterrupted(name, scheduler, size):
     pipe, card = _pipe(name, scheduler)
     whole = _whole(pipe, card, TEXTS, SEEDS, size)
-    for step in (0, 2):
+    for step in (0, 2, STEPS - 1):  # the last: nothing left to run, the snapshot is only decoded (select --at 1.0)
         snap = _scan(pipe, card, TEXTS, SEEDS, size, step)
         assert snap is not None and snap.step == step
         cont = _continue(pipe, card, TEXTS, snap, size)

@@ -1,29 +1,50 @@
-"""Carrying out one category's budget policy on real seeds: scan, rank, continue, or whole images.
+"""Carrying out selection policies on real seeds — one path for ``select --of N --keep K --at F`` and
+``select --budget B``: scan, rank, continue (or whole images).
 
-Per chunk of prompts (``budget_run.CHUNK_PROMPTS``, in prompt order):
+``run_policies`` walks ``Work`` items (some prompts under one policy), ``CHUNK_PROMPTS`` prompts at a time in
+prompt order:
 
-* probe policy (one rung ``(s, K)`` of N): the planned scan batches (``generate.plan_batches`` over the
-  prompts × the seeds the policy and its baselines need) are replayed to loop index ``s`` with a
-  ``continuation`` snapshot; the fitted probe gives each seed's risk; the K lowest are kept, one seed is
-  drawn at random (``select.random_picks``), and the first n seeds form the whole-image baseline at the
-  policy's cost. Every seed in any role is continued from its snapshot, in finish batches cut from that
-  list (prompt order, sample order) every ``batch_size``.
-* whole-image policy: each prompt's n seeds are generated in full in batches cut the same way.
+* probe policy (one rung ``(s, K)`` of N): the chunk's **scan batches** (``generate.plan_batches`` over its
+  prompts × the seeds the policy and its baselines need, cut every ``batch_size``) are replayed to loop index
+  ``s`` with a ``continuation`` snapshot, and the fitted probe gives each seed's risk (``select.batch_risks``);
+  ``Roles`` marks the seeds to finish (``kept``: the K lowest risks; ``random``: a seeded draw; ``whole``: the
+  first n seeds, the budget's whole-image baseline); every seed in any role is **continued** from its
+  snapshot, in **finish batches** cut from that list (prompt order, sample order) every ``batch_size``.
+* whole-image policy: each prompt's n seeds are generated in full, in batches cut the same way.
 
-Every finished image is written like ``generate`` writes it (PNG, images.jsonl record with its batch).
-``Counter`` counts what was actually spent — denoiser calls and the image rows in them (CFG halves
-folded), VAE decodes (finished images) — and the seconds of the scan, the finish and the whole images.
-A chunk whose images are all on disk is skipped on resume (its scan rows are read back).
+Snapshots are held for one chunk only (its scanned seeds' latents, scheduler state and generator states),
+never for every prompt at once. A scan costs ``s + 1`` loop iterations a seed, a continuation ``T − s − 1``.
+
+**Resume, and what a continued image's bytes depend on.** Every scan batch's risks go to a ``ScanJournal``
+(``selection.jsonl``, stamped with the settings that made them, :mod:`t2i_audit.resume`) as it ends; a resumed
+chunk reuses them, so its choice is the recorded one. A finish batch whose images are all on disk with their
+recorded bytes is skipped; any other is continued again, after replaying its members' scan batches (the same
+batches, hence the same latents). A continued image's bytes are a function of the model, the sampler settings,
+its seed, the machine and thread count, its **scan batch** (iterations 0…s: the chunk's planned batch-mates)
+and its **finish batch** (iterations s+1…T−1 and the VAE decode: the chunk's finished seeds, which follow from
+the recorded risks). Both batches are functions of the settings alone (prompts, N, K, s, ``batch_size``,
+``CHUNK_PROMPTS``), never of what is on disk, so a kill, a resume or a healed image ends with the bytes of an
+uninterrupted run; each image record names both (``scan_batch_members``, ``batch_members``).
+
+``Counter`` counts what was actually spent — denoiser calls and the image rows in them (CFG halves folded),
+VAE decodes (finished images) — and the seconds of the scan, the finish and the whole images.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
 
 import numpy as np
 
-from ...rundir import RunDir
+from ...rundir import RunDir, atomic_write_jsonl
+from .selection import Staged
+
+CHUNK_PROMPTS = 8  # prompts scanned before their kept seeds are finished: the snapshots held at once
+SCAN_FIELDS = ("prompt_id", "sample", "seed", "risk", "category", "text", "made_with")
 
 
 @dataclass
@@ -42,57 +63,139 @@ class Counter:
             self.image_iterations += x.shape[0] / (2 if cfg_doubles else 1)
         return den.register_forward_pre_hook(pre, with_kwargs=True)
 
+    def as_dict(self) -> dict:
+        return {"denoiser_calls": self.denoiser_calls, "loop_iterations": self.image_iterations,
+                "vae_decodes": self.decodes, "seconds": {k: round(v, 2) for k, v in self.seconds.items()}}
+
+
+def _scan_key(rec: dict) -> tuple[str, int]:
+    float(rec["risk"])  # a scan record has a risk (a whole-image row has none): KeyError / TypeError otherwise
+    return rec["prompt_id"], int(rec["sample"])
+
+
+class ScanJournal:
+    """The scan risks of a run: those ``path`` holds that were made with ``made_with`` are reused; every record
+    of this call (reused or new, in scan order) is written back, atomically, each time new ones arrive — a kill
+    loses at most the scan batch in flight."""
+
+    def __init__(self, path: Path, made_with: Mapping):
+        from ...resume import reusable_records
+
+        self.path, self.made_with = Path(path), dict(made_with)
+        self.reusable = reusable_records(self.path, self.made_with, _scan_key)
+        self.rows: list[dict] = []
+
+    def recorded(self, keys: list[tuple[str, int]]) -> list[dict] | None:
+        """The reusable records of ``keys`` (a whole scan batch), or None when any is missing."""
+        got = [self.reusable.get(k) for k in keys]
+        if any(g is None for g in got):
+            return None
+        self.rows += got
+        return got
+
+    def add(self, records: list[dict]) -> list[dict]:
+        from ...resume import stamped
+
+        made = stamped(records, self.made_with)
+        self.rows += made
+        atomic_write_jsonl(self.path, self.rows)
+        return made
+
+
+@dataclass
+class Work:
+    """Prompts run under one policy: a one-rung ``Staged`` with its ``Roles``, or whole images with
+    ``roles(prompt id)`` → how many."""
+    label: str
+    prompts: list[dict]
+    policy: object
+    roles: Callable
+
+
+def run_policies(rd: RunDir, pipe, card, work: list[Work], fitted: dict, s: dict, seed: int, counter: Counter,
+                 journal: ScanJournal, progress: bool = False) -> list[dict]:
+    """Every work item, chunk by chunk; images.jsonl rewritten in row order. Returns the rows (scan rows with
+    their ``roles``; whole-image rows)."""
+    from ...generate import _done_items
+
+    done = _done_items(rd)
+    rows: list[dict] = []
+    for w in work:
+        for i in range(0, len(w.prompts), CHUNK_PROMPTS):
+            chunk = w.prompts[i:i + CHUNK_PROMPTS]
+            if isinstance(w.policy, Staged):
+                rows += run_chunk_probe(rd, pipe, card, chunk, w.policy, w.roles, fitted, s, seed, counter, done,
+                                        journal)
+            else:
+                rows += run_chunk_whole(rd, pipe, card, chunk, {p["id"]: w.roles(p["id"]) for p in chunk}, s, seed,
+                                        counter, done)
+            if progress:
+                print(f"[select] {w.label}: {min(i + CHUNK_PROMPTS, len(w.prompts))}/{len(w.prompts)} prompts",
+                      file=sys.stderr)
+    finished = _done_items(rd)
+    atomic_write_jsonl(rd.images, [finished[(r["prompt_id"], r["sample"])] for r in rows
+                                   if r["roles"] and (r["prompt_id"], r["sample"]) in finished])
+    return rows
+
 
 def _finish_batches(todo: list, batch_size: int) -> list[list]:
     return [todo[i:i + batch_size] for i in range(0, len(todo), batch_size)]
 
 
 def run_chunk_probe(rd: RunDir, pipe, card, chunk: list[dict], policy, roles_of, fitted: dict, s: dict,
-                    seed: int, counter: Counter, done: dict) -> list[dict]:
+                    seed: int, counter: Counter, done: dict, journal: ScanJournal) -> list[dict]:
     """Scan, rank, continue one chunk under a one-rung probe policy. ``roles_of(pid, risks)`` → {sample: roles}.
-    Returns the chunk's scan rows (prompt, sample, seed, risk, roles)."""
-    from ...generate import _write_batch, image_seed, plan_batches
-    from ..early import replay_batch
-    from ..linear import onehot_constituents
-    from ..per_image import apply_probe, design
+    Returns the chunk's scan rows (the scan record, ``roles``, ``scan_step``)."""
+    from ...generate import _write_batch, batch_member, image_seed, plan_batches
+    from ..select import batch_risks, scan_record
     from .continuation import Snapshot, continue_batch, snapshot_maker
 
     step, n_scan = policy.rungs[0][0], roles_of.n_scan
     plan = plan_batches(chunk, n_scan, s["batch_size"])
-    snaps, where, risk, seeds = [], {}, {}, {}
-    t0 = time.perf_counter()
+    snaps: dict[int, Snapshot] = {}
+
+    def replay(b: int) -> list[dict]:
+        """Scan batch ``b`` to loop index ``step``: its snapshot kept, its scan records returned."""
+        t0, holder = time.perf_counter(), {}
+        seeds = [image_seed(p["id"], k, seed) for p, k in plan[b]]
+        risks = batch_risks(pipe, plan[b], seeds, fitted, s, step, extra=[snapshot_maker(step, holder)])
+        snaps[b] = holder["snap"].snapshot
+        counter.seconds["scan"] += time.perf_counter() - t0
+        return [scan_record(p, k, x, r) for (p, k), x, r in zip(plan[b], seeds, risks)]
+
+    scanned, where = {}, {}
     for b, batch in enumerate(plan):
-        holder: dict = {}
-        sd = [image_seed(p["id"], k, seed) for p, k in batch]
-        arrays = replay_batch(pipe, batch, sd, s, [step], previews=False, extra=[snapshot_maker(step, holder)])
-        X = design(arrays, step, "probe", slice(None), onehot_constituents([p for p, _ in batch], fitted["onehot"])[0])
-        for j, (p, k) in enumerate(batch):
-            probe = fitted["categories"][str(p.get("category"))][f"t{step:03d}"]
-            risk[(p["id"], k)] = float(apply_probe(probe, X[j:j + 1])[0])
-            where[(p["id"], k)], seeds[(p["id"], k)] = (b, j), sd[j]
-        snaps.append(holder["snap"].snapshot)
-    counter.seconds["scan"] += time.perf_counter() - t0
+        recs = journal.recorded([(p["id"], k) for p, k in batch]) or journal.add(replay(b))
+        for j, ((p, k), rec) in enumerate(zip(batch, recs)):
+            scanned[(p["id"], k)], where[(p["id"], k)] = rec, (b, j)
     rows, todo = [], []
     for p in chunk:
-        roles = roles_of(p["id"], [risk[(p["id"], k)] for k in range(n_scan)])
+        roles = roles_of(p["id"], [float(scanned[(p["id"], k)]["risk"]) for k in range(n_scan)])
         for k in range(n_scan):
-            rows.append({"prompt_id": p["id"], "category": p.get("category"), "sample": k, "seed": seeds[(p["id"], k)],
-                         "risk": risk[(p["id"], k)], "roles": sorted(roles.get(k, ())), "scan_step": step})
+            rec = scanned[(p["id"], k)]
+            rows.append({**{f: rec[f] for f in SCAN_FIELDS if f in rec}, "roles": sorted(roles.get(k, ())),
+                         "scan_step": step})
             if roles.get(k):
                 todo.append((p, k))
-    t0 = time.perf_counter()
-    for i, fb in enumerate(_finish_batches(todo, s["batch_size"])):
-        if all((p["id"], k) in done for p, k in fb):
+    for fb in _finish_batches(todo, s["batch_size"]):
+        missing = [j for j, (p, k) in enumerate(fb) if (p["id"], k) not in done]
+        if not missing:
             continue
+        for b in sorted({where[(p["id"], k)][0] for p, k in fb} - set(snaps)):
+            replay(b)  # a resumed chunk: the scan batch again, for its latents (the recorded risks stand)
+        t0 = time.perf_counter()
         snap = Snapshot.concat([snaps[where[(p["id"], k)][0]].rows([where[(p["id"], k)][1]]) for p, k in fb])
         images = continue_batch(pipe, [p["text"] for p, _ in fb], snap, steps=s["steps"], guidance=s["guidance"],
                                 size=s["size"], call=s["call"])
         counter.decodes += len(fb)
-        keep = [j for j, (p, k) in enumerate(fb) if (p["id"], k) not in done]
-        _write_batch(rd, card, [fb[j] for j in keep], [seeds[(fb[j][0]["id"], fb[j][1])] for j in keep],
-                     [images[j] for j in keep], [False] * len(keep), 0.0, 0, s["size"],
-                     batch_info={"finish_batch": i, "continued_from_step": step})
-    counter.seconds["finish"] += time.perf_counter() - t0
+        members = [batch_member(p["id"], k) for p, k in fb]
+        for b in sorted({where[(fb[j][0]["id"], fb[j][1])][0] for j in missing}):  # each record names its scan batch
+            js = [j for j in missing if where[(fb[j][0]["id"], fb[j][1])][0] == b]
+            _write_batch(rd, card, [fb[j] for j in js], [scanned[(fb[j][0]["id"], fb[j][1])]["seed"] for j in js],
+                         [images[j] for j in js], [False] * len(js), 0.0, 0, s["size"],
+                         batch_info={"continued_from_step": step, "batch_members": members,
+                                     "scan_batch_members": [batch_member(p["id"], k) for p, k in plan[b]]})
+        counter.seconds["finish"] += time.perf_counter() - t0
     return rows
 
 
@@ -101,11 +204,11 @@ def run_chunk_whole(rd: RunDir, pipe, card, chunk: list[dict], n_of: dict, s: di
     """Each prompt's first ``n_of[pid]`` seeds generated in full (batches cut from that list)."""
     import torch
 
-    from ...generate import _write_batch, image_seed, output_images, pipeline_call_kwargs
+    from ...generate import _write_batch, batch_member, image_seed, output_images, pipeline_call_kwargs
 
     todo = [(p, k) for p in chunk for k in range(n_of[p["id"]])]
     t0 = time.perf_counter()
-    for i, fb in enumerate(_finish_batches(todo, s["batch_size"])):
+    for fb in _finish_batches(todo, s["batch_size"]):
         if all((p["id"], k) in done for p, k in fb):
             continue
         sd = [image_seed(p["id"], k, seed) for p, k in fb]
@@ -117,7 +220,8 @@ def run_chunk_whole(rd: RunDir, pipe, card, chunk: list[dict], n_of: dict, s: di
         counter.decodes += len(fb)
         keep = [j for j, (p, k) in enumerate(fb) if (p["id"], k) not in done]
         _write_batch(rd, card, [fb[j] for j in keep], [sd[j] for j in keep], [images[j] for j in keep],
-                     [False] * len(keep), 0.0, 0, s["size"], batch_info={"whole_batch": i})
+                     [False] * len(keep), 0.0, 0, s["size"],
+                     batch_info={"batch_members": [batch_member(p["id"], k) for p, k in fb]})
     counter.seconds["whole"] += time.perf_counter() - t0
     # a whole-image policy: every image is kept (the final judge picks among them) and is its own baseline
     return [{"prompt_id": p["id"], "category": p.get("category"), "sample": k, "seed": image_seed(p["id"], k, seed),
@@ -125,16 +229,18 @@ def run_chunk_whole(rd: RunDir, pipe, card, chunk: list[dict], n_of: dict, s: di
 
 
 class Roles:
-    """Which scanned seeds each role finishes: ``kept`` (the K lowest risks of the first N), ``random`` (one of
-    the N, a seeded draw), ``whole`` (the first n seeds, n at the policy's cost)."""
+    """Which scanned seeds each role finishes: ``kept`` (the K lowest risks of the first N; ties: the lower
+    sample), ``random`` (``random_k`` of the N, a seeded draw: ``select.random_picks``), and with ``whole`` the
+    first n seeds, n whole images at the policy's cost (``select --budget``'s baseline)."""
 
-    def __init__(self, policy, seed: int, loop_steps: int):
+    def __init__(self, policy, seed: int, loop_steps: int, *, random_k: int = 1, whole: bool = True):
         from .budget_run import n_whole
 
-        self.policy, self.seed, self.T = policy, seed, loop_steps
+        self.policy, self.seed, self.T, self.random_k = policy, seed, loop_steps, random_k
         cost = policy.cost(loop_steps).iterations
-        self.n_whole = lambda pid: n_whole(None, pid, seed, loop_steps, cost=cost)  # noqa: E731
-        self.n_scan = max(policy.n_of, int(np.ceil(cost / loop_steps)))
+        self.n_whole = (lambda pid: n_whole(None, pid, seed, loop_steps, cost=cost)) if whole else (  # noqa: E731
+            lambda pid: 0)
+        self.n_scan = max(policy.n_of, int(np.ceil(cost / loop_steps))) if whole else policy.n_of
 
     def __call__(self, pid: str, risks: list[float]) -> dict[int, set]:
         from ..select import random_picks
@@ -143,7 +249,7 @@ class Roles:
         out: dict[int, set] = {}
         for k in sorted(range(N), key=lambda k: (risks[k], k))[:K]:
             out.setdefault(k, set()).add("kept")
-        for k in random_picks(pid, N, 1, self.seed):
+        for k in random_picks(pid, N, self.random_k, self.seed) if self.random_k else ():
             out.setdefault(k, set()).add("random")
         for k in range(self.n_whole(pid)):
             out.setdefault(k, set()).add("whole")

@@ -19,8 +19,8 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import sys
 import time
 from pathlib import Path
 
@@ -29,8 +29,6 @@ import numpy as np
 from ...errors import AuditError
 from ...rundir import RunDir, atomic_write_json, read_jsonl
 from .selection import Staged, Whole, WholeMix, policy_from_dict, whole_at
-
-CHUNK_PROMPTS = 8  # prompts scanned before their kept seeds are finished (a kill loses at most one chunk)
 
 
 def _coin(pid: str, seed: int, t: float) -> bool:
@@ -177,7 +175,7 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
     from ...rundir import RunLock, atomic_write_jsonl, claim_output_dir, file_sha256
     from ..select import load_fitted, resume_argv, scan_settings
     from . import freshness
-    from .budget_exec import Counter, Roles, run_chunk_probe, run_chunk_whole
+    from .budget_exec import CHUNK_PROMPTS, Counter, Roles, ScanJournal, Work, run_policies
 
     fitted = load_fitted(from_run)
     src = fitted["settings"]
@@ -215,28 +213,18 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
                         selection={"from": str(from_run), "budget": budget, "seed": base, "holdout": holdout})
         pipe = load_pipeline(card, resolve_device(cfg.device), s["dtype"])
         hook = counter.attach(pipe)
-        done = _done_items(rd)
-        rows: list[dict] = []
+        work = [Work(cat, [p for p in records if str(p.get("category")) == cat], c["policy"],
+                     Roles(c["policy"], base, T) if isinstance(c["policy"], Staged)
+                     else functools.partial(n_whole, c["policy"], seed=base, loop_steps=T))
+                for cat, c in plan.items()]
+        # a risk depends on the (refitted) probes, the policies, the sampler settings and the scan batches
+        made_with = {**identity, **s, "chunk_prompts": CHUNK_PROMPTS}
         try:
-            for cat, c in plan.items():
-                mine = [p for p in records if str(p.get("category")) == cat]
-                pol = c["policy"]
-                for i in range(0, len(mine), CHUNK_PROMPTS):
-                    chunk = mine[i:i + CHUNK_PROMPTS]
-                    if isinstance(pol, Staged):
-                        rows += run_chunk_probe(rd, pipe, card, chunk, pol, Roles(pol, base, T), fitted, s, base,
-                                                counter, done)
-                    else:
-                        rows += run_chunk_whole(rd, pipe, card, chunk, {p["id"]: n_whole(pol, p["id"], base, T)
-                                                                        for p in chunk}, s, base, counter, done)
-                    if progress:
-                        print(f"[select] {cat}: {min(i + CHUNK_PROMPTS, len(mine))}/{len(mine)} prompts",
-                              file=sys.stderr)
+            rows = run_policies(rd, pipe, card, work, fitted, s, base, counter,
+                                ScanJournal(rd.root / "selection.jsonl", made_with), progress)
         finally:
             hook.remove()
         finished = _done_items(rd)
-        atomic_write_jsonl(rd.images, [finished[(r["prompt_id"], r["sample"])] for r in rows
-                                       if r["roles"] and (r["prompt_id"], r["sample"]) in finished])
         atomic_write_jsonl(rd.root / "selection.jsonl", rows)
         rd.update_stage("generate", status="done", images=len(finished))
         t0 = time.perf_counter()
