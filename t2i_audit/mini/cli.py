@@ -37,7 +37,8 @@ def _budget(steps: Optional[int], minutes: Optional[float], smoke: bool) -> None
 
 @mini_app.command("train-judge")
 def train_judge_cmd(
-    out: Path = typer.Option(WEIGHTS / "judge", help="Output folder (config.json, model.safetensors, card.json)."),
+    out: Path = typer.Option(Path("mini-judge"), help="Output folder (config.json, model.safetensors, card.json). "
+                             "The shipped judge is t2i_audit/mini/weights/judge: name it to replace it."),
     steps: Optional[int] = typer.Option(None, help="Stop after N steps."),
     minutes: Optional[float] = typer.Option(None, help="Stop after M minutes of wall time."),
     seed: int = typer.Option(0),
@@ -56,7 +57,8 @@ def train_judge_cmd(
 
 @mini_app.command("train-generator")
 def train_generator_cmd(
-    out: Path = typer.Option(WEIGHTS / "generator", help="Output pipeline folder."),
+    out: Path = typer.Option(Path("mini-generator"), help="Output pipeline folder. The shipped generator is "
+                             "t2i_audit/mini/weights/generator: name it to replace it."),
     steps: Optional[int] = typer.Option(None, help="Stop after N steps."),
     minutes: Optional[float] = typer.Option(None, help="Stop after M minutes of wall time."),
     seed: int = typer.Option(0),

@@ -77,3 +77,22 @@ def test_cli_smoke(tmp_path):
     assert r.exit_code != 0 and "--steps" in str(r.exception)
     r = CliRunner().invoke(app, ["mini", "render", "a red circle above a blue cross", "--out", str(tmp_path / "x.png")])
     assert r.exit_code == 0 and (tmp_path / "x.png").exists()
+
+
+def test_training_without_out_writes_into_the_current_folder_never_the_shipped_weights(tmp_path, monkeypatch):
+    """Before, --out defaulted to the package's own weights: `mini train-judge --smoke` in an installed wheel
+    replaced the shipped judge that every later mini run scores with."""
+    import hashlib
+
+    from typer.testing import CliRunner
+
+    from t2i_audit.cli import app
+    from t2i_audit.mini.cli import WEIGHTS
+
+    shipped = WEIGHTS / "judge" / "model.safetensors"
+    before = hashlib.sha256(shipped.read_bytes()).hexdigest()
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["mini", "train-judge", "--smoke"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "mini-judge" / "model.safetensors").is_file() and "-> mini-judge" in r.output
+    assert hashlib.sha256(shipped.read_bytes()).hexdigest() == before
