@@ -202,6 +202,16 @@ def collect_models(out: Path, cfg: SweepConfig) -> list[dict]:
     return models
 
 
+def compute_used(models: list[dict]) -> dict:
+    """CPU seconds the models took (training: the card's process time; evaluation: the
+    evaluation's), and what that is in minutes of 2 cores, one single-thread job per core."""
+    train = sum((m.get("train") or {}).get("cpu_seconds") or 0 for m in models)
+    ev = sum((m.get("eval") or {}).get("eval_cpu_seconds") or 0 for m in models)
+    return {"train_cpu_seconds": round(train, 1), "eval_cpu_seconds": round(ev, 1),
+            "models_counted": sum(1 for m in models if m.get("train")),
+            "minutes_on_2_cores": round((train + ev) / 120, 1)}
+
+
 def run_sweep(out: Path | str, cfg: SweepConfig | None = None, *, eval_only: bool = False,
               train_only: bool = False, log: Callable = print) -> dict:
     """Train and evaluate every model not yet done (resumable per model, ``cfg.workers``
@@ -242,6 +252,7 @@ def run_sweep(out: Path | str, cfg: SweepConfig | None = None, *, eval_only: boo
         "models": [{k: (v if k != "eval" else {a: b for a, b in v.items() if a != "grid_png_b64"})
                     for k, v in m.items()} for m in models],
         "wall_seconds_this_invocation": round(time.time() - t0, 1),
+        "compute": compute_used(models),
     }
     result["complete"] = all(m["status"] == "evaluated" for m in models)
     result["aggregate"] = aggregate(result["models"], cfg, f"{HEADLINE_BLOCK}@{HEADLINE_STEP}")

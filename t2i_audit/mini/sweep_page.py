@@ -207,6 +207,11 @@ def render_page(res: dict, grids: dict[str, str]) -> str:
                  f"not fit their own training pairs (seen success below {agg['fit_threshold']}) and are excluded "
                  f"from every claim: {escape(names)}.</p>")
     o += _design(res)
+    cu = res.get("compute")
+    if cu:
+        o.append(f"<p class='muted'>Compute: {cu['models_counted']} models trained in {cu['train_cpu_seconds'] / 60:.0f} "
+                 f"CPU-minutes and evaluated in {cu['eval_cpu_seconds'] / 60:.1f} (one thread each) — "
+                 f"{cu['minutes_on_2_cores']:.0f} minutes on 2 cores with one job per core.</p>")
     if not agg.get("n_models"):
         o.append("<p>No model that fits has been evaluated yet: no claim is read.</p>")
     else:

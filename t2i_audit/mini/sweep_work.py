@@ -6,7 +6,8 @@ whose lock (``.locks/<model>.lock``, an flock the OS releases when the process d
 so workers in one ``--workers N`` sweep, or sweeps started separately on the same folder (one
 per core), share the list without training a model twice. A killed sweep resumes: finished
 models are reused when their recorded settings match, a model whose folder holds other settings
-is refused (never overwritten), a half-trained one (no final card) is trained again.
+is refused (never overwritten), a half-trained one (no final card) is trained again, and so is one
+still to be evaluated whose weights are gone (reports/sweep keeps cards and evaluations, not weights).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from ..resume import differences
 from ..rundir import atomic_write_text
 from .sweep import SweepConfig, generator_config, model_jobs, model_name, seen_pairs
 
+WEIGHT_FILES = ("unet/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors",
+                "vae/diffusion_pytorch_model.safetensors")
 EVAL_VERSION = 2  # 2: 16 px-aware grids, control decodability per composition, eval CPU seconds
 
 
@@ -49,6 +52,10 @@ def trained_card(folder: Path, expected) -> dict | None:
         raise AuditError(f"{folder}: trained with other settings ({'; '.join(diff)}); this sweep neither reuses nor "
                          "overwrites it — choose another --out, or rerun with the settings of that sweep")
     return card
+
+
+def has_weights(folder: Path) -> bool:
+    return all((folder / part).is_file() for part in WEIGHT_FILES)
 
 
 def cached_eval(folder: Path, cfg: SweepConfig) -> dict | None:
@@ -95,6 +102,8 @@ def work(out: Path, cfg: SweepConfig, *, train: bool = True, evaluate: bool = Tr
                 continue
             gcfg = generator_config(cfg, width, cov, seed)
             card = trained_card(folder, gcfg)
+            if card is not None and cached_eval(folder, cfg) is None and evaluate and not has_weights(folder):
+                card = None  # to be evaluated but its weights are gone (not committed: > 2 MB): train again
             if card is not None:
                 log(f"{name}: done, skipped")
             elif train:

@@ -264,6 +264,10 @@ def test_smoke_sweep_end_to_end(smoke_run):
         assert all(0 <= c["control_decodability"]["mid@middle"] <= 1 for c in e["per_composition"])
     agg = data["aggregate"]
     assert agg["headline_layer"] == "mid@middle" and agg["n_models"] == 2
+    cu, cards = data["compute"], [json.loads((out / m["folder"] / "card.json").read_text()) for m in data["models"]]
+    assert cu["models_counted"] == 2 and cu["train_cpu_seconds"] == pytest.approx(sum(c["cpu_seconds"] for c in cards))
+    assert cu["minutes_on_2_cores"] == pytest.approx(
+        (cu["train_cpu_seconds"] + sum(m["eval"]["eval_cpu_seconds"] for m in data["models"])) / 120, abs=0.06)
     page = (out / "index.html").read_text()
     assert "Pre-registered headline layer" in page and "SMOKE run" in page and "NO — excluded" not in page
     r = data["models"][0]["eval"]["success"]["heldout"]
@@ -326,6 +330,19 @@ def test_smoke_sweep_refuses_a_model_folder_of_other_settings(smoke_run):
     assert (out / "models" / "w8_cov050_seed0" / "card.json").read_bytes() == card  # nothing overwritten
 
 
+def test_a_model_to_evaluate_without_its_weights_is_trained_again_and_only_that_one(smoke_run):
+    out, _ = smoke_run
+    folder = out / "models" / "w8_cov050_seed0"
+    (folder / "sweep_eval.json").unlink()
+    (folder / "unet" / "diffusion_pytorch_model.safetensors").unlink()  # as in a checkout of reports/sweep
+    (out / "models" / "w8_cov100_seed0" / "unet" / "diffusion_pytorch_model.safetensors").unlink()  # evaluated
+    res = _sweep_cli("--out", out, "--smoke", "--fit-threshold", 0)
+    assert res.exit_code == 0, res.output
+    assert "w8_cov050_seed0: training" in res.output and "w8_cov100_seed0: done, skipped" in res.output
+    assert res.output.count("training") == 1 and res.output.count("evaluating") == 1
+    assert (folder / "sweep_eval.json").is_file() and json.loads((out / "sweep.json").read_text())["complete"]
+
+
 def test_a_model_held_by_another_worker_is_skipped(tmp_path):
     from t2i_audit.mini import sweep_work
 
@@ -336,6 +353,17 @@ def test_a_model_held_by_another_worker_is_skipped(tmp_path):
         sweep_work.work(tmp_path, cfg, log=logs.append)  # the same process's second flock on a new fd fails
     assert logs == ["w8_cov100_seed0: held by another worker, skipped"]
     assert not (tmp_path / "models").exists()
+
+
+def test_two_worker_processes_share_the_models_without_training_one_twice(tmp_path, capfd):
+    res = _sweep_cli("--out", tmp_path, "--smoke", "--workers", 2, "--fit-threshold", 0)
+    assert res.exit_code == 0, res.output
+    children = capfd.readouterr().out  # the workers print to the process's stdout, not CliRunner's
+    trained = re.findall(r"\[worker \d\] (w8_cov\d+_seed0): training", children)
+    assert sorted(trained) == ["w8_cov050_seed0", "w8_cov100_seed0"]  # each model once, by one worker
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    assert data["complete"] and data["config"]["workers"] == 2
+    assert all((tmp_path / m["folder"] / "sweep_eval.json").is_file() for m in data["models"])
 
 
 def test_bootstrap_ci_where_scipy_gives_nan_equals_a_scipy_loop_over_defined_resamples():
