@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from t2i_audit import stats
+from t2i_audit.prompts import twin_group
 from t2i_audit.errors import AuditError
 
 from .test_malformed_corpus import _invoke, _snapshot
@@ -30,19 +31,24 @@ def _clean_exit(code, err, fragments):
         assert f in err, (f, err)
 
 
-# --- a run probed with `probe --early`: one image per prompt, 8 prompts (the drill's run) -------------------
+# --- a run probed with `probe --early`: one image per prompt, 8 prompts (as the drill's run), all of them colour --
+# --- binding: the folds are twin groups, and a category needs 3 of them to be fitted (here 4) -------------------
 
 
 @pytest.fixture(scope="module")
 def early_run(tmp_path_factory):
-    """`run --limit 8 -n 1` on the mini world, then `probe --early` through the CLI (what the drill typed),
+    """`run -n 1` on 8 mini-world prompts, then `probe --early` through the CLI (what the drill typed),
     with every warning recorded: before, 60 RuntimeWarnings reached the user."""
     import sys
 
     from t2i_audit import api, cli
 
     root = tmp_path_factory.mktemp("early1")
-    cfg = api.make_config(dict(model="mini", prompts=[str(REPO / "prompts/mini.yaml")], limit=8, images_per_prompt=1,
+    binding = [r for r in api.expand_suites([str(REPO / "prompts/mini.yaml")], limit=24)
+               if r["category"] == "color_binding"]
+    assert len(binding) == 8 and len({twin_group(r) for r in binding}) == 4
+    (root / "binding.jsonl").write_text("".join(json.dumps(r) + "\n" for r in binding))
+    cfg = api.make_config(dict(model="mini", prompts=[str(root / "binding.jsonl")], images_per_prompt=1,
                                stages=["prompts", "generate", "score"], out=str(root / "run"), device="cpu"))
     api.run_audit(cfg, progress=False)
     mp = pytest.MonkeyPatch()
@@ -68,13 +74,13 @@ def test_early_on_one_image_per_prompt_says_why_and_warns_nothing(early_run):
     assert "held-out seeds not evaluated (one image per prompt" in out, out
     saved = json.loads((run / "probes" / "early.json").read_text())
     fitted = [r for r in saved["categories"].values() if "steps" in r]
-    assert fitted, saved["categories"]  # color_binding: 4 compositions, both outcomes
+    assert fitted, saved["categories"]  # color_binding: 8 compositions of 4 twin groups, both outcomes
     for r in fitted:
         for st in r["steps"].values():
             assert st["families"]["probe"]["seeds"]["skipped"].startswith("one image per prompt")
-            # 4 images of 4 compositions: an AUROC is stored as "too few", not a number, and so printed
+            # 8 images of 8 compositions: an AUROC is stored as "too few", not a number, and so printed
             a = st["families"]["probe"]["compositions"]["auroc"]
-            assert a["auroc"] is None and a["too_few"].startswith("too few: 4 images")
+            assert a["auroc"] is None and a["too_few"].startswith("too few: 8 images"), a
     assert "AUROC too few" in out and "nan" not in out.lower()
 
 
@@ -387,7 +393,7 @@ def test_the_small_sample_rule_at_its_edges():
 
 
 def test_the_report_says_too_few_instead_of_a_number(early_run, tmp_path):
-    """The same rule on the page: 8 images make no success rate, 4 images no AUROC (before: "62.5%", AUROCs)."""
+    """The same rule on the page: 8 images make no success rate nor an AUROC (before: "62.5%", AUROCs)."""
     from t2i_audit.report import render_report
 
     page = render_report(early_run[0], out_dir=tmp_path / "rep", progress=False).read_text()
@@ -395,7 +401,7 @@ def test_the_report_says_too_few_instead_of_a_number(early_run, tmp_path):
     assert "too few" in hero and "%" not in hero, hero
     early = page[page.index('id="early"'):]
     early = early[:early.index("</section>")]
-    assert 'title="too few: 4 images, 1 in the smaller class' in early and "not evaluated" in early
+    assert 'title="too few: 8 images, ' in early and "not evaluated" in early
     assert ">nan<" not in page.lower() and "nan%" not in page.lower()  # ("nan" is also an image flag's name)
 
 
