@@ -1,4 +1,4 @@
-"""Cost of per-image early-step capture (t2i_audit/probes/early.py), as ratios in one run.
+"""Cost of per-image early-step capture (t2i_audit/probes/capture/early.py), as ratios in one run.
 
 1. **Capture overhead** — one generation call (the shipped mini generator: 32 px, 20 steps, CFG;
    and tiny-sd, the SD 1.5 twin) bare, against the same call with every hook the early stage uses
@@ -24,10 +24,10 @@ def case(model: str, batch: int, reps: int) -> dict:
 
     from t2i_audit.generate import load_pipeline, output_images, pipeline_call_kwargs
     from t2i_audit.models import resolve_model
-    from t2i_audit.probes.attention import AttentionRecorder
-    from t2i_audit.probes.denoiser import run_hooked
-    from t2i_audit.probes.early import step_at
-    from t2i_audit.probes.preview import PreviewRecorder
+    from t2i_audit.probes.capture.attention import AttentionRecorder
+    from t2i_audit.probes.capture.denoiser import run_hooked
+    from t2i_audit.probes.capture.early import step_at
+    from t2i_audit.probes.capture.preview import PreviewRecorder
 
     card = resolve_model(model)
     pipe = load_pipeline(card, "cpu", "float32")

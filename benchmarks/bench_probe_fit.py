@@ -83,7 +83,7 @@ def _loose_reference(monkey):
 
 def fit_arrays(arrays, n_prompt_level: int, data, backend: str, device: str, n_boot: int) -> tuple[list, list]:
     """What fit_probes does for these arrays: all their decodability jobs at once, then failure."""
-    from t2i_audit.probes import linear
+    from t2i_audit.probes.fit import linear
 
     targets, groups, failed, base = data
     jobs = [(X, None, y.astype(str), groups) for X in arrays for y in targets.values()]

@@ -6,7 +6,7 @@
    pooling every layer: tiny-sd (CLIP), tiny-sd3 (2 CLIP + T5 at 256 tokens), and an SD1.5-sized
    random CLIPTextModel (12 layers x 768, built from its config) with the full-size CLIP BPE
    tokenizer (token ids as SD's) in a StableDiffusionPipeline without UNet/VAE.
-2. Probe fitting time with `t2i_audit.probes.linear` — `decodability` (grouped 5-fold CV, with its
+2. Probe fitting time with `t2i_audit.probes.fit.linear` — `decodability` (grouped 5-fold CV, with its
    control task) and `failure_prediction` (grouped 5-fold CV, probe + prompt-only baseline,
    bootstrap CIs) — for 1k / 5k / 10k prompts x all layers of an SD1.5-sized encoder
    (synthetic float32 arrays of that shape, a 10-class target with a weak linear signal).
@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def extraction(records, pipe, batch_size: int, reps: int) -> dict:
-    from t2i_audit.probes.activations import _slot_names
-    from t2i_audit.probes.pipeline_text import PipelineTextEncoder, encode_kwargs
+    from t2i_audit.probes.capture.activations import _slot_names
+    from t2i_audit.probes.capture.pipeline_text import PipelineTextEncoder, encode_kwargs
 
     slots = _slot_names(records)
     batches = [records[i:i + batch_size] for i in range(0, len(records), batch_size)]
@@ -70,7 +70,7 @@ def extraction(records, pipe, batch_size: int, reps: int) -> dict:
 def fitting(sizes, n_layers: int, dim: int, n_boot: int, seed: int = 0) -> list[dict]:
     import numpy as np
 
-    from t2i_audit.probes import linear
+    from t2i_audit.probes.fit import linear
 
     out = []
     for n in sizes:
@@ -119,7 +119,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from t2i_audit import api
     from t2i_audit.models import resolve_model
-    from t2i_audit.probes.pipeline_text import load_text_pipeline
+    from t2i_audit.probes.capture.pipeline_text import load_text_pipeline
 
     suites = [str(REPO / "prompts/colors.yaml")]
     records = api.expand_suites(suites, max(args.prompts, args.big_prompts), 0)

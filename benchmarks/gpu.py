@@ -91,16 +91,16 @@ def bench_unet(args, torch):
 
 
 def bench_capture(args, torch, reps: int = 3):
-    """Early-feature capture during generation (t2i_audit/probes/early.py): the UNet loop bare vs with the
+    """Early-feature capture during generation (t2i_audit/probes/capture/early.py): the UNet loop bare vs with the
     hooks `probe --early` uses — every block's pooled output every step, cross-attention maps recomputed at
     the 10 % and 20 % steps. Goal: under 10 % slower. Batch 4 (CFG doubles it), eager."""
     import contextlib
 
     from diffusers import UNet2DConditionModel
 
-    from t2i_audit.probes.attention import AttentionRecorder
-    from t2i_audit.probes.denoiser import BlockRecorder
-    from t2i_audit.probes.early import step_at
+    from t2i_audit.probes.capture.attention import AttentionRecorder
+    from t2i_audit.probes.capture.denoiser import BlockRecorder
+    from t2i_audit.probes.capture.early import step_at
 
     cfg = TINY_UNET if args.tiny else SDXL_UNET
     dtype = torch.bfloat16 if args.device != "cpu" else torch.float32

@@ -332,10 +332,10 @@ def section_capture(sec: Section, a, work: Path) -> None:
 
     from t2i_audit.generate import load_pipeline
     from t2i_audit.models import resolve_model
-    from t2i_audit.probes.attention import AttentionRecorder
-    from t2i_audit.probes.denoiser import run_hooked
-    from t2i_audit.probes.early import step_at
-    from t2i_audit.probes.preview import PreviewRecorder
+    from t2i_audit.probes.capture.attention import AttentionRecorder
+    from t2i_audit.probes.capture.denoiser import run_hooked
+    from t2i_audit.probes.capture.early import step_at
+    from t2i_audit.probes.capture.preview import PreviewRecorder
 
     z = sizes(a)
     card = resolve_model(str(work / "sdxl"))

@@ -55,7 +55,7 @@ def generate_and_hook(folder: Path, cfg: SweepConfig):
     """Images + denoiser activations for every prompt × sample (seeds fixed across models)."""
     import torch
 
-    from ..probes.denoiser import run_hooked
+    from ..probes.capture.denoiser import run_hooked
     from .components import load_pipeline
 
     torch.set_num_threads(1)
@@ -91,7 +91,7 @@ def layer_name(key: str, tags: dict[str, int]) -> str | None:
 def probe_layers(acts: dict, tags: dict, y: dict[str, np.ndarray], groups: np.ndarray, cfg: SweepConfig) -> dict:
     """Per layer and target: out-of-fold proba of the true value for every item, plus
     control (random labels per composition) out-of-fold correctness and proba."""
-    from ..probes.linear import control_labels, grouped_folds, oof_proba_many
+    from ..probes.fit.linear import control_labels, grouped_folds, oof_proba_many
 
     folds = grouped_folds(groups, cfg.n_splits, seed=0)
     names, items = [], []

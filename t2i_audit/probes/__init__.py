@@ -1,13 +1,21 @@
 """Linear probes on a model's own activations (Redhardt, Akram & Schug 2025, as a tool).
 
-Importing this package does not import torch. Modules: ``activations`` (text encoders),
-``denoiser`` (UNet / transformer block hooks during generation), ``linear`` (probes, grouped
-CV), ``stage`` (the ``probe`` stage), ``predict`` (rank never-generated prompts), ``cli``.
+Importing this package does not import torch. Layout, in the order data flows:
+
+* ``capture/`` — run the model, keep its tensors: ``pipeline_text`` + ``activations`` (text
+  encoders), ``denoiser`` (UNet / transformer block hooks), ``attention``, ``preview`` (x0),
+  ``early`` (per-image replay of the first steps);
+* ``features/`` — captured tensors to per-image features (``map_features``: attention maps);
+* ``fit/`` — arrays in, numbers out: ``linear`` (prompt-level probes, grouped CV), ``per_image``
+  (per-image failure probes), both through ``pipeline`` (the one logistic pipeline, ``logistic``);
+* ``studies/`` — the selection studies asked of a run's per-image arrays;
+* top level, the commands and their files: ``stage`` (``probe``), ``early_stage`` (``probe
+  --early``), ``predict``, ``select``, ``probe_files`` (reading fitted probes), ``cli``.
 
 Files written in a run directory
 --------------------------------
 ``activations/<encoder>/<layer>__<pooling>.npy`` + ``index.jsonl`` + ``meta.json`` (see
-``activations.py``; ``activations/denoiser/`` has the same layout, layers = block names,
+``capture/activations.py``; ``activations/denoiser/`` has the same layout, layers = block names,
 poolings = ``t<step>-cond`` / ``t<step>-uncond``).
 
 ``probes/decodability.jsonl`` — one line per encoder × layer × pooling × target slot:

@@ -295,7 +295,7 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
     costs = Path(__file__).resolve().parents[1] / "data" / "selection_costs.json"
     if binding:
         from ..rundir import RunDir
-        from .early import load_early
+        from .capture.early import load_early
         from .studies import binding as binding_study
         from .studies import trajectory
 

@@ -18,9 +18,9 @@ from .. import stats
 from ..errors import AuditError
 from ..prompts import twin_group
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
-from . import per_image
-from .early import DEFAULT_FRACTIONS, extract_early_features, load_early
-from .linear import grouped_folds, onehot_constituents
+from .fit import per_image
+from .capture.early import DEFAULT_FRACTIONS, extract_early_features, load_early
+from .fit.linear import grouped_folds, onehot_constituents
 
 
 def image_verdicts(rd: RunDir, prompts: Sequence[dict], scorer: str | None = None) -> tuple[dict, dict, dict]:
@@ -47,7 +47,7 @@ def _text_reference(rd: RunDir, prompt_ids: Sequence[str]) -> np.ndarray | None:
     """The run's text-encoder states per image (its prompt's): the layer the denoiser is conditioned on,
     eos, mean and each slot's own tokens, of the first stored encoder; None when the run has none
     (``t2i-audit probe`` stores them)."""
-    from .activations import load_activations, load_array
+    from .capture.activations import load_activations, load_array
 
     for enc_dir in sorted(p for p in rd.activations_dir.glob("text_encoder*") if (p / "meta.json").exists()):
         meta, ids = load_activations(enc_dir)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_jsonl, claim_output_file, read_jsonl
-from .activations import encoder_fingerprint, resolve_text_encoders
+from .capture.activations import encoder_fingerprint, resolve_text_encoders
 
 
 def load_prompts(path) -> list[dict]:
@@ -55,7 +55,7 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     if not prompts:
         raise AuditError(f"--prompts {suite_path}: no prompts")
     from ..models import resolve_model
-    from .pipeline_text import PipelineTextEncoder, load_text_pipeline
+    from .capture.pipeline_text import PipelineTextEncoder, load_text_pipeline
 
     card = resolve_model(model)
     dtype = "float32" if device == "cpu" else card.defaults.get("dtype", "float32")

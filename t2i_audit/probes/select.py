@@ -80,9 +80,9 @@ def batch_risks(pipe, batch: list[tuple[dict, int]], seeds: list[int], fitted: d
                 extra=()) -> list[float]:
     """The fitted probe's risk of each member of one planned batch, replayed to loop index ``step`` (``extra``:
     more recorders for the replay, e.g. the continuation snapshot)."""
-    from .early import replay_batch
-    from .linear import onehot_constituents
-    from .per_image import apply_probe, design
+    from .capture.early import replay_batch
+    from .fit.linear import onehot_constituents
+    from .fit.per_image import apply_probe, design
 
     arrays = replay_batch(pipe, batch, seeds, s, [step], previews=False, extra=extra)
     X = design(arrays, step, "probe", slice(None), onehot_constituents([p for p, _ in batch], fitted["onehot"])[0])
@@ -113,7 +113,7 @@ def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_o
     """``predict --early``: the risk of each of N seeds of each prompt after the early steps, nothing finished."""
     from ..generate import load_pipeline, resolve_device
     from ..models import resolve_model
-    from .early import step_at
+    from .capture.early import step_at
 
     fitted = load_fitted(from_run)
     src = fitted["settings"]
@@ -203,7 +203,7 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
     from ..models import resolve_model
     from ..ownership import claim_output_dir
     from ..rundir import RunLock
-    from .early import step_at
+    from .capture.early import step_at
     from .studies.budget_exec import CHUNK_PROMPTS, Counter, Roles, ScanJournal, Work, run_policies
     from .studies.selection import Staged
 

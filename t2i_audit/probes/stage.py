@@ -14,8 +14,8 @@ import numpy as np
 
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
-from . import linear
-from .activations import load_activations, load_array
+from .fit import linear
+from .capture.activations import load_activations, load_array
 
 PROMPT_LEVEL = ("eos", "mean")  # poolings that describe a whole prompt (slot-* describe one slot)
 
@@ -278,7 +278,7 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
     """Extraction on every Accelerate process (each its share of chunks, on its own device), then
     fitting and summary on the main process, which alone returns the probes (``{}`` elsewhere)."""
     from ..processes import process_state, rank_device, share_cpu
-    from .activations import extract_text_activations
+    from .capture.activations import extract_text_activations
 
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     linear.check_backend(probe_backend)
@@ -299,7 +299,7 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
     t_extract = time.perf_counter() - t0
     encoders = list(metas)
     if denoiser:
-        from .denoiser import extract_denoiser_activations
+        from .capture.denoiser import extract_denoiser_activations
 
         extract_denoiser_activations(rd, model, device=rank_device(state, device), timesteps=timesteps,
                                      progress=progress, state=state)

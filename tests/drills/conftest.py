@@ -14,10 +14,10 @@ def probed_mini(tmp_path_factory, repo_root) -> Path:
     replay, and one per-image probe per step fitted on alternating labels, used for every category (a fitted
     probe proves the plumbing of select, not a prediction). A few seconds on one core."""
     from t2i_audit import api
-    from t2i_audit.probes.early import extract_early_features, load_early
+    from t2i_audit.probes.capture.early import extract_early_features, load_early
     from t2i_audit.probes.early_stage import _clean
-    from t2i_audit.probes.linear import onehot_constituents
-    from t2i_audit.probes.per_image import design, export_probe
+    from t2i_audit.probes.fit.linear import onehot_constituents
+    from t2i_audit.probes.fit.per_image import design, export_probe
     from t2i_audit.rundir import RunDir, atomic_write_json
 
     out = tmp_path_factory.mktemp("probed") / "run"

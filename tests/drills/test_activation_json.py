@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from t2i_audit.errors import AuditError
-from t2i_audit.probes import activations as A
-from t2i_audit.probes import pipeline_text as PT
+from t2i_audit.probes.capture import activations as A
+from t2i_audit.probes.capture import pipeline_text as PT
 
 PROMPTS = [{"id": f"p{i}", "text": f"a photo of {n} {o}"}
            for i, (n, o) in enumerate([("a red", "cup"), ("a blue", "dog"), ("two", "apples"), ("a green", "car"),

@@ -187,7 +187,7 @@ def test_damaged_stage_resumes_to_the_same_bytes(run, stage):
 
 
 def test_interrupted_denoiser_replay_resumes_to_the_same_bytes(run, monkeypatch):
-    from t2i_audit.probes import denoiser
+    from t2i_audit.probes.capture import denoiser
 
     rd, _ = run
     monkeypatch.setattr(denoiser, "CHUNK", 2)  # one planned batch (of 2) a part: several parts

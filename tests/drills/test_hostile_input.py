@@ -152,8 +152,8 @@ def test_hostile_model_folder_is_refused(tmp_path, monkeypatch, capsys, name):
 
 @pytest.mark.parametrize("name", ["list", "broken"])
 def test_text_encoder_loader_reads_model_index_like_the_model_resolver(tmp_path, name):
-    # before: probes/pipeline_text kept its own json.loads reader: JSONDecodeError / AttributeError
-    from t2i_audit.probes.pipeline_text import load_text_pipeline
+    # before: probes/capture/pipeline_text kept its own json.loads reader: JSONDecodeError / AttributeError
+    from t2i_audit.probes.capture.pipeline_text import load_text_pipeline
 
     text, reason = MODEL_INDEX[name]
     (tmp_path / "model_index.json").write_text(text)
@@ -163,7 +163,7 @@ def test_text_encoder_loader_reads_model_index_like_the_model_resolver(tmp_path,
 
 def test_corrupt_activation_array_names_the_file(tmp_path):
     # before: ValueError traceback from numpy under `probe`
-    from t2i_audit.probes.activations import load_array
+    from t2i_audit.probes.capture.activations import load_array
 
     (tmp_path / "layer__eos.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
     with pytest.raises(AuditError, match=re.escape(str(tmp_path / "layer__eos.npy")) + ": corrupt activation array"):

@@ -189,7 +189,7 @@ def _file_argv(command, good):
 
 def _probed_run(root: Path) -> Path:
     """A run folder holding only a failure probe on tiny-sd's text encoder (all `predict` reads)."""
-    from t2i_audit.probes.activations import encoder_fingerprint, resolve_text_encoders
+    from t2i_audit.probes.capture.activations import encoder_fingerprint, resolve_text_encoders
 
     info = resolve_text_encoders("tiny-sd")
     enc = info["text_encoders"][0]

@@ -25,11 +25,11 @@ import torch
 from t2i_audit.errors import AuditError
 from t2i_audit.generate import _to_png, load_pipeline, output_images, pipeline_call_kwargs
 from t2i_audit.models import resolve_model
-from t2i_audit.probes.attention import AttentionRecorder, attention_probs, cross_attention_modules, grid_of, \
+from t2i_audit.probes.capture.attention import AttentionRecorder, attention_probs, cross_attention_modules, grid_of, \
     has_cross_attention
-from t2i_audit.probes.denoiser import run_hooked
-from t2i_audit.probes.early import denoiser_rows, slot_positions
-from t2i_audit.probes.preview import PreviewRecorder
+from t2i_audit.probes.capture.denoiser import run_hooked
+from t2i_audit.probes.capture.early import denoiser_rows, slot_positions
+from t2i_audit.probes.capture.preview import PreviewRecorder
 
 from .harness import FAMILIES
 
@@ -515,7 +515,7 @@ def test_x0_preview_at_the_first_flow_matching_step(pipes, family, monkeypatch):
 @pytest.mark.parametrize("family", CROSS)
 def test_x0_preview_is_decoded_as_the_pipeline_decodes(pipes, family):
     """decode_previews on the pipeline's own final latent gives the pipeline's own images (every family)."""
-    from t2i_audit.probes.preview import decode_previews
+    from t2i_audit.probes.capture.preview import decode_previews
 
     pipe, card = pipes(family)
     latents = call(pipe, card, steps=2, output_type="latent").images

@@ -19,7 +19,7 @@ from t2i_audit import api
 from t2i_audit.families import pipeline_family
 from t2i_audit.generate import _to_png, load_pipeline, plan_batches
 from t2i_audit.models import resolve_model
-from t2i_audit.probes.denoiser import extract_denoiser_activations, run_hooked, run_settings
+from t2i_audit.probes.capture.denoiser import extract_denoiser_activations, run_hooked, run_settings
 from t2i_audit.rundir import RunDir
 
 from .harness import FAMILIES

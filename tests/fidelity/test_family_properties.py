@@ -22,8 +22,8 @@ import torch
 from t2i_audit.families import pipeline_family
 from t2i_audit.generate import load_pipeline
 from t2i_audit.models import resolve_model
-from t2i_audit.probes.denoiser import run_hooked
-from t2i_audit.probes.pipeline_text import PipelineTextEncoder
+from t2i_audit.probes.capture.denoiser import run_hooked
+from t2i_audit.probes.capture.pipeline_text import PipelineTextEncoder
 
 from .harness import FAMILIES
 

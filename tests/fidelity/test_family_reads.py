@@ -19,8 +19,8 @@ import torch
 
 from t2i_audit.generate import effective_batch_size, load_pipeline
 from t2i_audit.models import resolve_model
-from t2i_audit.probes import pipeline_text as PT
-from t2i_audit.probes.activations import extract_text_activations, load_activations, load_array
+from t2i_audit.probes.capture import pipeline_text as PT
+from t2i_audit.probes.capture.activations import extract_text_activations, load_activations, load_array
 
 from .harness import FAMILIES, PROMPTS, as_denoiser_sees, denoiser_inputs, real_rows
 

@@ -17,8 +17,8 @@ import torch
 from t2i_audit.errors import AuditError
 from t2i_audit.generate import load_pipeline
 from t2i_audit.models import ModelCard, resolve_model
-from t2i_audit.probes import pipeline_text as PT
-from t2i_audit.probes.denoiser import run_hooked
+from t2i_audit.probes.capture import pipeline_text as PT
+from t2i_audit.probes.capture.denoiser import run_hooked
 
 from .harness import PROMPTS, denoiser_inputs
 

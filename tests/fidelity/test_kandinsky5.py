@@ -12,8 +12,8 @@ import torch
 
 from t2i_audit.generate import load_pipeline
 from t2i_audit.models import resolve_model
-from t2i_audit.probes import pipeline_text as PT
-from t2i_audit.probes.denoiser import run_hooked
+from t2i_audit.probes.capture import pipeline_text as PT
+from t2i_audit.probes.capture.denoiser import run_hooked
 from t2i_audit.tiny.tokenizers import _KANDINSKY5_TEMPLATE
 
 from .harness import FAMILIES, PROMPTS

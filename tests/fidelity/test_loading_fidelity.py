@@ -44,7 +44,7 @@ def test_spiece_only_tokenizer_folder_loads_and_runs(tmp_path):
     sentencepiece + protobuf (core dependencies), through our real loading paths."""
     import sentencepiece as spm
 
-    from t2i_audit.probes.pipeline_text import PipelineTextEncoder, load_text_pipeline
+    from t2i_audit.probes.capture.pipeline_text import PipelineTextEncoder, load_text_pipeline
 
     folder = _spiece_only_pixart(tmp_path)
     card = resolve_model(str(folder))

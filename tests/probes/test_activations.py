@@ -10,8 +10,8 @@ import torch
 from probe_data import make_prompt, make_prompts
 
 from t2i_audit.errors import AuditError
-from t2i_audit.probes import activations as A
-from t2i_audit.probes import pipeline_text as PT
+from t2i_audit.probes.capture import activations as A
+from t2i_audit.probes.capture import pipeline_text as PT
 
 
 @pytest.fixture(scope="module")

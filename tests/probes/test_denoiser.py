@@ -7,7 +7,7 @@ import pytest
 import torch
 from probe_data import make_prompt, make_prompts
 
-from t2i_audit.probes.denoiser import denoiser_blocks, pool_output, run_hooked
+from t2i_audit.probes.capture.denoiser import denoiser_blocks, pool_output, run_hooked
 from t2i_audit.errors import AuditError
 from t2i_audit.rundir import RunDir, append_jsonl, atomic_write_jsonl, read_jsonl
 

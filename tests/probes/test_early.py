@@ -9,8 +9,8 @@ import pytest
 
 from t2i_audit import api, stats
 from t2i_audit.errors import AuditError
-from t2i_audit.probes import early as early_mod
-from t2i_audit.probes.early import extract_early_features, load_early, step_at
+from t2i_audit.probes.capture import early as early_mod
+from t2i_audit.probes.capture.early import extract_early_features, load_early, step_at
 from t2i_audit.rundir import RunDir, read_jsonl
 
 STEPS = 6
@@ -75,8 +75,8 @@ def test_x0_reference_is_the_deciding_judge_on_the_preview(mini_run, early_meta)
     """The stored x0 value of the first planned batch equals mini-pixel on a preview decoded here."""
     from t2i_audit.generate import load_pipeline, plan_batches
     from t2i_audit.models import resolve_model
-    from t2i_audit.probes.denoiser import run_hooked, run_settings
-    from t2i_audit.probes.preview import PreviewRecorder, decode_previews
+    from t2i_audit.probes.capture.denoiser import run_hooked, run_settings
+    from t2i_audit.probes.capture.preview import PreviewRecorder, decode_previews
     from t2i_audit.scorers.base import ScoreItem
     from t2i_audit.scorers.registry import create_scorer
 
@@ -176,7 +176,7 @@ def test_slot_keys_must_be_the_attention_keys(monkeypatch, mini_run, early_meta)
     """A pipeline whose attention keys are not its tokenizer's tokens is refused, not mislabelled."""
     from t2i_audit.generate import load_pipeline
     from t2i_audit.models import resolve_model
-    from t2i_audit.probes.denoiser import run_settings
+    from t2i_audit.probes.capture.denoiser import run_settings
 
     real = early_mod.slot_positions
     monkeypatch.setattr(early_mod, "slot_positions", lambda *a: (*real(*a)[:2], 5))
@@ -260,7 +260,7 @@ def test_select_on_a_tiny_twin(tmp_path):
     """The whole select path on the SD 1.5 twin (random weights, so the probe is fitted here on synthetic labels:
     this proves the plumbing — scan, risks from the exported arrays, finish, score — not a prediction)."""
     from t2i_audit.probes.early_stage import _clean
-    from t2i_audit.probes.per_image import design, export_probe
+    from t2i_audit.probes.fit.per_image import design, export_probe
     from t2i_audit.probes.select import select_run
     from t2i_audit.rundir import atomic_write_json
 
@@ -272,7 +272,7 @@ def test_select_on_a_tiny_twin(tmp_path):
     meta = extract_early_features(src, "tiny-sd", fractions=(0.5,), previews=False, progress=False)
     arrays, rows, _ = load_early(src)
     assert any(n.startswith("attn-") for n in arrays)  # the twin's UNet has cross-attention
-    from t2i_audit.probes.linear import onehot_constituents
+    from t2i_audit.probes.fit.linear import onehot_constituents
 
     by_id = {p["id"]: p for p in src.read_prompts()}
     onehot, names = onehot_constituents([by_id[pid] for pid, _ in rows])
@@ -296,7 +296,8 @@ def test_folds_and_clusters_keep_a_composition_with_its_swap_twin(mini_run, earl
     """Issue 27: every prompt of one composition and its swap twin lie in one fold and one bootstrap cluster
     (before: folds grouped by composition and CIs resampled prompts, so a probe trained on "red circle left of
     blue square" was scored on "blue circle left of red square")."""
-    from t2i_audit.probes import early_stage, per_image
+    from t2i_audit.probes import early_stage
+    from t2i_audit.probes.fit import per_image
     from t2i_audit.prompts import twin_group
 
     prompts = mini_run.read_prompts()

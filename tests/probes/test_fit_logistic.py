@@ -12,7 +12,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from t2i_audit.errors import AuditError
-from t2i_audit.probes import linear, per_image
+from t2i_audit.probes.fit import linear, per_image
 from t2i_audit.probes.fit import logistic, pipeline
 from t2i_audit.rundir import read_jsonl
 

@@ -26,9 +26,9 @@ from torch.overrides import TorchFunctionMode
 
 from t2i_audit.generate import load_pipeline
 from t2i_audit.models import resolve_model
-from t2i_audit.probes.attention import AttentionRecorder, has_cross_attention
-from t2i_audit.probes.denoiser import run_hooked
-from t2i_audit.probes.preview import PreviewRecorder
+from t2i_audit.probes.capture.attention import AttentionRecorder, has_cross_attention
+from t2i_audit.probes.capture.denoiser import run_hooked
+from t2i_audit.probes.capture.preview import PreviewRecorder
 
 READS = {"item", "tolist", "cpu", "numpy", "__array__", "__float__", "__int__", "__bool__", "__index__",
          "nonzero", "argwhere", "masked_select", "unique", "unique_consecutive"}
@@ -71,7 +71,7 @@ class HostReads(TorchFunctionMode):
 
 
 def attach_recorders(steps, n):
-    """The recorders `probe --early` attaches (probes/early.py replay_batch): cross-attention maps, x0 previews."""
+    """The recorders `probe --early` attaches (capture/early.py replay_batch): cross-attention maps, x0 previews."""
     def attn(pipe, den, clock):
         return AttentionRecorder(den, clock, steps, n, type(pipe).__name__)
 

@@ -9,7 +9,7 @@ from sklearn.metrics import roc_auc_score
 
 from t2i_audit import stats
 from t2i_audit.errors import AuditError
-from t2i_audit.probes import linear
+from t2i_audit.probes.fit import linear
 
 
 def _synthetic(n_rep=4, dim=24, seed=0):

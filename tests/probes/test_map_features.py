@@ -1,7 +1,7 @@
-"""Composition statistics of cross-attention maps (probes/map_features.py) on synthetic maps, and the
-exported per-image probe (probes/per_image.py) pinned to the scikit-learn pipeline it was fitted as.
+"""Composition statistics of cross-attention maps (probes/features/map_features.py) on synthetic maps, and the
+exported per-image probe (probes/fit/per_image.py) pinned to the scikit-learn pipeline it was fitted as.
 
-The maps are built the way probes/attention.py hands them over: ``(H, W, keys)`` probabilities that sum
+The maps are built the way probes/capture/attention.py hands them over: ``(H, W, keys)`` probabilities that sum
 to 1 over the keys at every pixel, the start token (key 0) holding most of the mass, padding keys after
 the words. Each word token gets a gaussian blob placed where the test says, so every statistic has a
 known right answer (which side, which object, how many blobs).
@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pytest
 
-from t2i_audit.probes import map_features as mf
-from t2i_audit.probes import per_image
+from t2i_audit.probes.features import map_features as mf
+from t2i_audit.probes.fit import per_image
 
 H = W = 16
 # keys: 0 start token, 1 c1, 2 o1, 3 relation, 4 c2, 5 o2, 6-7 padding

@@ -80,8 +80,8 @@ def mini_pipe():
 
 
 def test_per_head_maps_average_to_the_early_studys_maps(mini_pipe):
-    from t2i_audit.probes.attention import AttentionRecorder
-    from t2i_audit.probes.denoiser import run_hooked
+    from t2i_audit.probes.capture.attention import AttentionRecorder
+    from t2i_audit.probes.capture.denoiser import run_hooked
     from t2i_audit.probes.studies.trajectory import HeadMaps
 
     pipe, card = mini_pipe
@@ -107,7 +107,7 @@ def test_per_head_maps_average_to_the_early_studys_maps(mini_pipe):
 
 
 def test_cfg_gap_is_zero_when_condition_and_unconditional_agree(mini_pipe):
-    from t2i_audit.probes.denoiser import run_hooked
+    from t2i_audit.probes.capture.denoiser import run_hooked
     from t2i_audit.probes.studies.trajectory import CFGGap
 
     pipe, card = mini_pipe

@@ -167,10 +167,10 @@ templates:
 def test_select_budget_on_a_tiny_twin(tmp_path):
     """The SD 1.5 twin (random weights: the probe and the study's outcomes are synthetic here — this proves the
     plumbing of scan, snapshot, continuation, score and accounting on another family, not a prediction)."""
-    from t2i_audit.probes.early import extract_early_features, load_early
+    from t2i_audit.probes.capture.early import extract_early_features, load_early
     from t2i_audit.probes.early_stage import _clean
-    from t2i_audit.probes.linear import onehot_constituents
-    from t2i_audit.probes.per_image import design, export_probe
+    from t2i_audit.probes.fit.linear import onehot_constituents
+    from t2i_audit.probes.fit.per_image import design, export_probe
     from t2i_audit.rundir import atomic_write_json, atomic_write_jsonl
 
     suite = tmp_path / "suite.yaml"

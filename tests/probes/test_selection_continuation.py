@@ -41,7 +41,7 @@ def _whole(pipe, card, texts, seeds, size):
 
 
 def _scan(pipe, card, texts, seeds, size, step) -> Snapshot:
-    from t2i_audit.probes.denoiser import run_hooked
+    from t2i_audit.probes.capture.denoiser import run_hooked
 
     holder: dict = {}
     run_hooked(pipe, texts, seeds, steps=STEPS, guidance=card.defaults["guidance"], size=size, at_steps=[step],

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from t2i_audit.probes import activations, denoiser
+from t2i_audit.probes.capture import activations, denoiser
 
 activations.CHUNK = denoiser.CHUNK = 2
 

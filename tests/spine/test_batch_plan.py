@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from t2i_audit import api, generate
 from t2i_audit.errors import AuditError
 from t2i_audit.generate import batch_member, image_seed, plan_batches
-from t2i_audit.probes import denoiser
+from t2i_audit.probes.capture import denoiser
 from t2i_audit.rundir import RunDir, read_jsonl
 
 BASE = dict(model="tiny-sd", limit=3, steps=2, size=32, images_per_prompt=2, batch_size=4,

@@ -245,7 +245,7 @@ def test_unfinished_generation_is_reported(run):
 
 
 def test_altered_activation_bytes_are_seen_and_extracted_again(run):
-    from t2i_audit.probes.denoiser import extract_denoiser_activations
+    from t2i_audit.probes.capture.denoiser import extract_denoiser_activations
 
     meta = extract_denoiser_activations(run, "tiny-sd", timesteps=[-1], progress=False)
     assert verify_run(run.root)["ok"] and set(meta["sha256"]) == set(meta["arrays"])
@@ -261,7 +261,7 @@ def test_altered_activation_bytes_are_seen_and_extracted_again(run):
 
 def test_damaged_denoiser_meta_is_named_by_verify_and_extracted_again(run):
     # before: json.loads of meta.json: a JSONDecodeError traceback under `probe`
-    from t2i_audit.probes.denoiser import extract_denoiser_activations
+    from t2i_audit.probes.capture.denoiser import extract_denoiser_activations
 
     meta = extract_denoiser_activations(run, "tiny-sd", timesteps=[-1], progress=False)
     path = run.activations_dir / "denoiser" / "meta.json"

@@ -29,10 +29,10 @@ EARLY = ("attention", "pooled", "probe")
 
 def study(rd: RunDir, *, seed: int = 0, n_boot: int = 1000, n_splits: int = 5, progress: bool = True) -> dict:
     from ... import stats
-    from ..early import load_early
+    from ..capture.early import load_early
     from ..early_stage import image_verdicts
-    from ..linear import onehot_constituents
-    from ..per_image import design
+    from ..fit.linear import onehot_constituents
+    from ..fit.per_image import design
     from .trajectory import FAMILIES as TRAJ
     from .trajectory import load as load_traj
 

@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..map_features import RELATION_AXES, feature_names, image_features, slot_map
+from ..features.map_features import RELATION_AXES, feature_names, image_features, slot_map
 
 SLOTS = ("o1", "a1", "o2", "a2")  # object 1, its attribute, object 2, its attribute
 CELLS = 4

@@ -91,10 +91,10 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
 def refit_without(from_run: Path, fitted: dict, records: list[dict], steps: set[int]) -> tuple[dict, int]:
     """early_probes.json's probes refitted on the --from run's images outside the scored prompts' twin groups
     (the prompts are then unseen by the probe); returns (fitted, images left out)."""
-    from ..early import load_early
+    from ..capture.early import load_early
     from ..early_stage import image_verdicts
-    from ..linear import onehot_constituents
-    from ..per_image import design, export_probe
+    from ..fit.linear import onehot_constituents
+    from ..fit.per_image import design, export_probe
     from ...prompts import twin_group
 
     rd = RunDir(from_run)

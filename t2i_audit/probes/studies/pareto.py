@@ -55,7 +55,7 @@ def _unit_seconds(path: Path | None) -> dict | None:
 def scores_for(lay, R: Risks, arrays: dict, traj: dict | None, traj_rows: dict | None, steps: list[int],
                onehot: np.ndarray, progress: bool) -> dict:
     """score → loop step → (P, S) risk."""
-    from ..per_image import design
+    from ..fit.per_image import design
 
     out: dict = {s: {} for s in SCORES}
     for step in steps:
@@ -165,10 +165,10 @@ def _seen_unseen(lay, R: Risks, X: np.ndarray, step: int, oof: np.ndarray, boot:
 def study(rd: RunDir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, budgets=None,
           costs_file: Path | None = None, progress: bool = True) -> tuple[dict, list[dict]]:
     """``budgets``: loop iterations per prompt (default: BUDGET_IMAGES × the run's steps, up to every seed)."""
-    from ..early import load_early, step_at
+    from ..capture.early import load_early, step_at
     from ..early_stage import image_verdicts
-    from ..linear import onehot_constituents
-    from ..per_image import design
+    from ..fit.linear import onehot_constituents
+    from ..fit.per_image import design
 
     arrays, rows, meta = load_early(rd)
     prompts = rd.read_prompts()

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ...prompts import twin_group
-from .. import per_image
+from ..fit import per_image
 
 
 def _digest(a: np.ndarray) -> str:
@@ -67,7 +67,7 @@ class Layout:
 def layout(category: str, prompts: list[dict], row_of: dict, verdicts: dict, seeds: int, *, n_splits: int = 5,
            seed: int = 0) -> Layout:
     """``row_of``: (prompt_id, sample) → array row; ``verdicts``: (prompt_id, sample) → verdict record."""
-    from ..linear import grouped_folds
+    from ..fit.linear import grouped_folds
 
     mine = [p for p in prompts if str(p.get("category")) == category]
     keep = [p for p in mine if all((p["id"], k) in verdicts and (p["id"], k) in row_of for k in range(seeds))]

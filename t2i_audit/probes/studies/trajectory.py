@@ -1,6 +1,6 @@
 """The binding study's capture: one replay of every image's first steps, keeping what the head mean loses.
 
-Like probes/early.py, every image of a run is replayed **in the generation's planned batches** with the
+Like probes/capture/early.py, every image of a run is replayed **in the generation's planned batches** with the
 run's recorded settings and stopped after the last step read (``run_hooked(stop_after=…)``). Attached:
 
 * ``HeadMaps`` — every cross-attention module's probabilities per head, recomputed from the module's own
@@ -43,7 +43,7 @@ class HeadMaps:
     ``(n, heads, H, W, keys)``."""
 
     def __init__(self, denoiser, clock, steps, n: int, pipeline_class: str):
-        from ..attention import cross_attention_modules
+        from ..capture.attention import cross_attention_modules
 
         self.modules = cross_attention_modules(denoiser)
         self.denoiser, self.clock, self.steps, self.n = denoiser, clock, set(steps), n
@@ -65,7 +65,7 @@ class HeadMaps:
         return self
 
     def _hook(self, name, attn, args, kwargs):
-        from ..attention import attention_probs, grid_of
+        from ..capture.attention import attention_probs, grid_of
 
         if self.clock.step not in self.steps:
             return
@@ -124,9 +124,9 @@ class CFGGap:
 
 def replay(pipe, batch: list[tuple[dict, int]], seeds: list[int], s: dict, steps: list[int]) -> dict[str, np.ndarray]:
     """One planned batch: ``{"<family>__t<step>": (len(batch), columns)}`` and ``_names`` per family."""
-    from ..denoiser import run_hooked
-    from ..early import slot_positions
-    from ..preview import PreviewRecorder, decode_previews
+    from ..capture.denoiser import run_hooked
+    from ..capture.early import slot_positions
+    from ..capture.preview import PreviewRecorder, decode_previews
 
     prompts = [p for p, _ in batch]
     texts = [p["text"] for p in prompts]
@@ -177,9 +177,9 @@ def extract(rd: RunDir, model: str, *, fractions: Sequence[float], device: str =
     from ...generate import load_pipeline, plan_batches
     from ...models import resolve_model
     from ...safeload import read_json
-    from ..activations import array_hashes, arrays_intact, merge_parts, save_part
-    from ..denoiser import run_settings
-    from ..early import step_at
+    from ..capture.activations import array_hashes, arrays_intact, merge_parts, save_part
+    from ..capture.denoiser import run_settings
+    from ..capture.early import step_at
 
     prompts = rd.read_prompts()
     images = {(r["prompt_id"], int(r.get("sample", 0))): r for r in rd.read_images()}

@@ -42,9 +42,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..errors import AuditError
-from ..rundir import atomic_write_json, atomic_write_jsonl, file_sha256, read_jsonl
-from ..safeload import read_cache_json, read_json
+from ...errors import AuditError
+from ...rundir import atomic_write_json, atomic_write_jsonl, file_sha256, read_jsonl
+from ...safeload import read_cache_json, read_json
 
 CHUNK = 256
 MODE_VERSION = 2  # 2: the pipeline's own encode_prompt (1: our own padding/masking)
@@ -70,7 +70,7 @@ def resolve_text_encoders(model: str) -> dict:
     """``{"model", "path", "revision", "text_encoders"}`` from a model card or a local folder."""
     card = None
     try:
-        from ..models import resolve_model  # written by the lead; absent in early checkouts
+        from ...models import resolve_model  # written by the lead; absent in early checkouts
     except ImportError:
         resolve_model = None
     if resolve_model is not None and not Path(model).is_dir():
@@ -182,10 +182,10 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
     Chunks are ``CHUNK`` rows whatever the process count, so batches — and the numbers — are the
     ones a single process computes, and a resume with another process count reuses every part.
     """
-    from ..families import pipeline_family
-    from ..generate import effective_dtype
-    from ..models import resolve_model
-    from ..processes import process_state
+    from ...families import pipeline_family
+    from ...generate import effective_dtype
+    from ...models import resolve_model
+    from ...processes import process_state
     from .pipeline_text import PipelineTextEncoder, load_text_pipeline
 
     bad = set(poolings) - {"eos", "mean", "slot"}

@@ -25,8 +25,8 @@ from typing import Iterable
 
 import numpy as np
 
-from ..errors import AuditError
-from ..families import pipeline_family
+from ...errors import AuditError
+from ...families import pipeline_family
 
 
 def cross_attention_modules(denoiser) -> dict[str, object]:

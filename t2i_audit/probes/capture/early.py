@@ -8,12 +8,12 @@ recorded settings, and stopped right after the last step asked for (``stop_after
 can change what was recorded up to it, so the cost is the fraction of steps, not a generation).
 At each step (default: after the first 10 % and 20 % of loop iterations, ``step_at``) it keeps:
 
-* ``pooled-<block>`` — each denoiser block's image stream, mean-pooled (probes/denoiser.py hooks);
+* ``pooled-<block>`` — each denoiser block's image stream, mean-pooled (capture/denoiser.py hooks);
 * ``attn-<grid>`` — composition statistics of the cross-attention maps of the slot tokens on each
-  spatial grid (probes/attention.py captures, probes/map_features.py reduces): where each object
-  and attribute token looks, whether an attribute looks where its own object does, whether the two
-  objects sit in the order the relation names;
-* ``x0`` — the **x0 preview** (probes/preview.py), judged by the run's deciding scorer for the
+  spatial grid (capture/attention.py captures, features/map_features.py reduces): where each
+  object and attribute token looks, whether an attribute looks where its own object does, whether
+  the two objects sit in the order the relation names;
+* ``x0`` — the **x0 preview** (capture/preview.py), judged by the run's deciding scorer for the
   prompt's category: column 0 the fraction of its questions passed (the cheap reference to beat),
   then each question's value.
 
@@ -38,9 +38,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import AuditError
-from ..generate import plan_batches
-from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
+from ...errors import AuditError
+from ...generate import plan_batches
+from ...rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from .activations import array_hashes, arrays_intact, merge_parts, save_part
 
 DEFAULT_FRACTIONS = (0.1, 0.2)
@@ -82,7 +82,7 @@ def denoiser_rows(pipe, encoder: str, length: int, call: dict | None) -> list[in
     """The tokenizer positions the denoiser receives, in order: key ``i`` is token ``rows[i]``. families.yaml
     ``drop_prefix`` / ``select_rows`` (Sana: token 0 and the last ``max_sequence_length − 1``), as
     pipeline_text._rows_the_denoiser_sees marks them."""
-    from ..families import pipeline_family
+    from ...families import pipeline_family
     from .pipeline_text import encode_kwargs
 
     fam = pipeline_family(type(pipe).__name__) or {}
@@ -103,7 +103,7 @@ def replay_batch(pipe, batch: list[tuple[dict, int]], seeds: list[int], s: dict,
     ``run_hooked`` attach makers (select's snapshot of the latents, studies/continuation.py)."""
     from .attention import AttentionRecorder, has_cross_attention
     from .denoiser import run_hooked
-    from .map_features import image_features
+    from ..features.map_features import image_features
     from .preview import PreviewRecorder, decode_previews
 
     prompts = [p for p, _ in batch]
@@ -147,8 +147,8 @@ class PreviewJudge:
     """The run's deciding scorer per category, applied to x0 previews: fraction of questions passed."""
 
     def __init__(self, rd: RunDir, prompts: Sequence[dict], device: str):
-        from ..scorers.registry import create_scorer
-        from .stage import label_scorers
+        from ...scorers.registry import create_scorer
+        from ..stage import label_scorers
 
         self.by_cat = {c: d.get("scorer") for c, d in label_scorers(rd, prompts).items() if d.get("scorer")}
         self.scorers = {}
@@ -163,7 +163,7 @@ class PreviewJudge:
     def __call__(self, batch: list[tuple[dict, int]], records: list[dict], images) -> np.ndarray:
         """``(len(batch), 1 + MAX_QUESTIONS)``: the fraction of questions passed, then each question's value
         in the prompt's question order (NaN past its questions or where the scorer declined)."""
-        from ..scorers.base import ScoreItem
+        from ...scorers.base import ScoreItem
 
         out = np.full((len(batch), 1 + MAX_QUESTIONS), np.nan, dtype=np.float32)
         for name, sc in self.scorers.items():
@@ -184,9 +184,9 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
                            progress: bool = True, state=None) -> dict:
     """Replay every image's first steps in the generation's planned batches; store per-image features.
     Returns meta (``{}`` on a non-main process)."""
-    from ..generate import load_pipeline
-    from ..models import resolve_model
-    from ..processes import process_state
+    from ...generate import load_pipeline
+    from ...models import resolve_model
+    from ...processes import process_state
     from .denoiser import run_settings
 
     rd = rd if isinstance(rd, RunDir) else RunDir(rd)
@@ -211,7 +211,7 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
     enc_dir = rd.activations_dir / "early"
     meta_path = enc_dir / "meta.json"
     if meta_path.exists():
-        from ..safeload import read_json
+        from ...safeload import read_json
 
         meta = read_json(meta_path)
         if meta.get("key") == key and arrays_intact(enc_dir, meta):
@@ -248,7 +248,7 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
     names, _ = merge_parts(enc_dir, parts, n_chunks, len(rows))
     atomic_write_jsonl(enc_dir / "index.jsonl",
                        ({"row": i, "prompt_id": pid, "sample": k} for i, (pid, k) in enumerate(rows)))
-    from .map_features import feature_names
+    from ..features.map_features import feature_names
 
     meta = {"key": key, "kind": "early", "model": model, "n": len(rows), "format": FORMAT,
             "steps": steps, "loop_steps": s["steps"], "fractions": list(fractions),
@@ -264,8 +264,8 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
 
 def load_early(rd: RunDir) -> tuple[dict[str, np.ndarray], list[tuple[str, int]], dict]:
     """The stored per-image arrays, their (prompt_id, sample) rows and meta.json."""
-    from ..rundir import read_jsonl
-    from ..safeload import read_json
+    from ...rundir import read_jsonl
+    from ...safeload import read_json
 
     enc_dir = rd.activations_dir / "early"
     if not (enc_dir / "meta.json").exists():

@@ -32,9 +32,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import stats
-from ..errors import AuditError
-from .fit import pipeline as _pipeline
+from ... import stats
+from ...errors import AuditError
+from . import pipeline as _pipeline
 
 BACKENDS, DEFAULT_BACKEND, check_backend = _pipeline.BACKENDS, _pipeline.DEFAULT_BACKEND, _pipeline.check_backend
 

@@ -34,11 +34,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import AuditError
-from ..families import block_lists, image_stream_index, joint_sequence, pipeline_family
-from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
-from ..safeload import read_cache_json, read_json
-from ..generate import plan_batches
+from ...errors import AuditError
+from ...families import block_lists, image_stream_index, joint_sequence, pipeline_family
+from ...rundir import RunDir, atomic_write_json, atomic_write_jsonl
+from ...safeload import read_cache_json, read_json
+from ...generate import plan_batches
 from .activations import array_hashes, arrays_intact, merge_parts, save_part
 
 CHUNK = 64
@@ -253,14 +253,15 @@ def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, 
     pipeline's loop iterations (negative ok; None = every step). ``info`` has the scheduler's
     timestep per stored step, the number of loop iterations, image-stream positions per block,
     and ``images`` when ``output_type`` is not ``"latent"``. ``attach``: more recorders, each made as
-    ``make(pipe, denoiser, block_recorder)`` and entered for the call (probes/early.py: attention maps,
-    x0 previews) and returned in ``info["attached"]``; ``stop_after``: end the loop after that iteration.
+    ``make(pipe, denoiser, block_recorder)`` and entered for the call (capture/early.py: attention
+    maps, x0 previews) and returned in ``info["attached"]``; ``stop_after``: end the loop after that
+    iteration.
     """
     import contextlib
 
     import torch
 
-    from ..generate import output_images, pipeline_call_kwargs
+    from ...generate import output_images, pipeline_call_kwargs
 
     denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
     if denoiser is None:
@@ -313,7 +314,7 @@ def run_hooked(pipe, texts: Sequence[str], seeds: Sequence[int], *, steps: int, 
 
 def _seed_of(rd: RunDir, base_seed: int):
     """(prompt id, sample) → the seed images.jsonl recorded, else the generate stage's own rule."""
-    from ..generate import image_seed
+    from ...generate import image_seed
 
     recorded = {(r["prompt_id"], r.get("sample", 0)): r["seed"] for r in rd.read_images()}
     return lambda pid, k: int(recorded.get((pid, k), image_seed(pid, k, base_seed)))
@@ -323,7 +324,7 @@ def run_settings(rd: RunDir, card, device: str) -> dict:
     """The generation settings the run recorded (manifest, else run.yaml, else the card's defaults)."""
     import yaml
 
-    from ..generate import effective_dtype
+    from ...generate import effective_dtype
 
     gen = (rd.read_manifest().get("stages") or {}).get("generate") or {}
     recorded = gen.get("settings")
@@ -353,9 +354,9 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
     part files (``device`` is this process's); a chunk is a fixed run of whole planned batches
     whatever the process count, so every batch is the one generation made. The main process merges.
     """
-    from ..generate import load_pipeline
-    from ..models import resolve_model
-    from ..processes import process_state
+    from ...generate import load_pipeline
+    from ...models import resolve_model
+    from ...processes import process_state
 
     rd = rd if isinstance(rd, RunDir) else RunDir(rd)
     state = state or process_state(device)

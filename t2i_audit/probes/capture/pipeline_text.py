@@ -25,9 +25,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..errors import AuditError
-from ..families import conditioning_layer, pipeline_family, stacked_layers
-from ..models import read_model_index
+from ...errors import AuditError
+from ...families import conditioning_layer, pipeline_family, stacked_layers
+from ...models import read_model_index
 
 # encode_prompt parameters that we set ourselves (the prompt, devices, no CFG, no precomputed embeds)
 _OURS = {"device", "num_images_per_prompt", "do_classifier_free_guidance", "lora_scale", "self"}

@@ -2,7 +2,7 @@
 
 For each category (and failure type) and each stored step, a logistic probe (median imputation,
 standardisation, L2 logistic regression — the probes' one pipeline, ``fit/pipeline.py``; C chosen by
-an *inner* grouped CV on the training folds only, never on a test fold) predicts from probes/early.py
+an *inner* grouped CV on the training folds only, never on a test fold) predicts from probes/capture/early.py
 features whether the image will fail its deciding scorer's verdict. Two evaluations:
 
 * ``compositions`` — outer folds grouped by composition: the probe never saw the test prompts'
@@ -29,9 +29,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .. import stats
-from ..errors import AuditError
-from .fit import pipeline
+from ... import stats
+from ...errors import AuditError
+from . import pipeline
 
 CS = (0.01, 0.1, 1.0)
 FAMILIES = ("attention", "pooled", "probe", "probe+x0")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Iterable
 
-from ..errors import AuditError
+from ...errors import AuditError
 
 
 def is_flow_matching(sched) -> bool:

@@ -1,7 +1,7 @@
 """Composition statistics of one image's cross-attention maps, slot by slot (pure numpy).
 
 Input: one ``(H, W, keys)`` map (the head- and module-mean probabilities of a grid at a step,
-probes/attention.py), the key positions of each slot's tokens, and the prompt record. Each slot's
+probes/capture/attention.py), the key positions of each slot's tokens, and the prompt record. Each slot's
 map is its tokens' mean probability, renormalised per pixel over the prompt's own word tokens (the
 start token soaks up most of the mass in CLIP-conditioned UNets, and how much varies per pixel;
 ``A_s(x) = p_s(x) / Σ_words p(x)``).
