@@ -272,10 +272,13 @@ class VlmJudge(YesNoScorer):
                 shared = self._shared_image_features(kw, [id(im) for im, _ in part])
             with torch.inference_mode(), _encoder_answers(self.model, shared):
                 logits = self.model(**kw, **self._forward_kw).logits[:, -1].float()
-            probs = logits.softmax(-1)
-            for row, (yes, no) in zip(probs, ids):
-                out.append((row[list(yes)].sum().item() if yes else 0.0,
-                            row[list(no)].sum().item() if no else 0.0, False))
+            # one device-to-host copy of the answer columns a batch, not two syncs a row
+            cols = sorted({i for yes, no in ids for i in (*yes, *no)})
+            where = {c: j for j, c in enumerate(cols)}
+            probs = logits.softmax(-1)[:, cols].cpu() if cols else None
+            for row, (yes, no) in zip(probs if probs is not None else [None] * len(ids), ids):
+                out.append((row[[where[i] for i in yes]].sum().item() if yes else 0.0,
+                            row[[where[i] for i in no]].sum().item() if no else 0.0, False))
         return out
 
     def _shared_image_features(self, kw: dict, keys: Sequence[int]):
