@@ -268,8 +268,10 @@ def select(
     res = select_run(cfg, from_run, n_of=of, keep=keep, at=at, baseline=baseline, progress=not quiet,
                      allow_seen=allow_seen)
     c = res["cost"]
-    typer.echo(f"selection: {c['selected_total']} of {c['best_of_n_by_final_judge']} loop iterations per prompt "
-               f"({c['saved_fraction']:.0%} saved)")
+    # a cost beside its references, not a "saving": best of N whole images' success is not measured here
+    typer.echo(f"cost: {c['selected_total']:g} loop iterations per prompt (scan {c['scan']:g}, continue "
+               f"{c['finish']:g}); one whole image is {res['loop_steps']}, best of {of} whole images by the final "
+               f"judge {c['best_of_n_by_final_judge']:g} (success at equal cost: select --study)")
     from ..stats import too_few
 
     why = too_few("rate", n=res["n_prompts"] * res["keep"], n_units=res["n_prompts"], items="kept images",

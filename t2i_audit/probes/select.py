@@ -160,7 +160,7 @@ def selection_summary(rd: RunDir, chosen: list[dict], *, n_of: int, keep: int, s
     pairs = [(np.mean(v["kept"]), np.mean(v["random"])) for v in by.values() if v["kept"] and v["random"]]
     kept, rand = (np.array([p[i] for p in pairs]) for i in (0, 1))
     n_prompts = len({r["prompt_id"] for r in chosen})
-    out = {"n_of": n_of, "keep": keep, "loop_step": step, "loop_steps": steps, "labels_from": deciding,
+    out = {"mode": "fixed", "n_of": n_of, "keep": keep, "loop_step": step, "loop_steps": steps, "labels_from": deciding,
            "cost": {**selection_cost(n_of, keep, step, steps), "prompts": n_prompts}}
     if len(pairs) >= 3:
         lo, hi = stats.bootstrap_ci(lambda a, b: float(np.mean(a - b)), kept, rand, n_resamples=n_boot, seed=seed)

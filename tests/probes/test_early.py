@@ -163,6 +163,18 @@ def test_select_end_to_end(mini_run, studied, tmp_path):
             assert r["seed"] == image_seed(pid, r["sample"], 1)
     assert rd.scores("mini-pixel").exists()
     assert json.loads((rd.root / "selection.json").read_text())["n_of"] == 2
+    # the report of a select run (before: UndefinedError 'mode', a traceback to the user), also of a selection.json
+    # written before it recorded its mode; the cost beside its references, not a "saving"
+    from t2i_audit.report import render_report
+
+    for old in (False, True):
+        if old:
+            sj = json.loads((rd.root / "selection.json").read_text())
+            assert sj.pop("mode") == "fixed"
+            (rd.root / "selection.json").write_text(json.dumps(sj))
+        page = render_report(rd.root, out_dir=tmp_path / f"rep{old}", progress=False).read_text()
+        assert ("1 continued from the scan: 8 loop iterations per prompt (scan 4, continue 4); one whole image is 6, "
+                "best of 2 whole images by the final judge 12") in page
 
 
 def test_select_needs_a_probed_run(mini_run, tmp_path):
