@@ -189,7 +189,11 @@ def resume_argv(cfg, from_run: Path, policy: list[str]) -> list[str]:
     """The select command (without --out) that continues this run, ``policy`` being its policy options
     (``--of … --keep … --at …`` or ``--budget …``): what `verify` advises after a kill (a `run --config
     RUN/run.yaml` would generate every seed in full). Paths absolute: it may be run from anywhere."""
-    prompts = [a for p in cfg.prompts for a in ("--prompts", str(Path(p).resolve()))]
+    from ..suite import resolve_suite_path
+
+    # a shipped suite's bare name (`--prompts mini`) stays a name: it is found from any folder, a path is not
+    prompts = [a for p in cfg.prompts
+               for a in ("--prompts", str(p) if resolve_suite_path(p) != Path(p) else str(Path(p).resolve()))]
     return ["select", "--from", str(Path(from_run).resolve()), "--model", cfg.model, *prompts,
             *(["--limit", str(cfg.limit)] if cfg.limit else []), *policy, "--seed", str(cfg.seed),
             "--batch-size", str(cfg.batch_size)]

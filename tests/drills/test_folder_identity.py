@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 
-from t2i_audit import cli
+from t2i_audit import api, cli
 
 from .test_malformed_corpus import _snapshot
 
@@ -159,3 +160,17 @@ def test_run_names_and_identity_follow_the_prompts_content(tmp_path, monkeypatch
     assert _snapshot(tmp_path / "r") == before
     code, _, err = _cli(argv + ["-n", "2"], tmp_path, monkeypatch, capsys)  # more samples extend a run, as before
     assert code == 0, err
+
+
+def test_the_resume_command_names_a_shipped_suite_by_name_and_a_file_by_its_absolute_path(tmp_path, monkeypatch):
+    # before: `select --prompts mini` was advised as `--prompts <cwd>/mini`, a file that does not exist
+    from t2i_audit.probes.select import resume_argv
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("")
+    cfg = api.make_config(dict(model="mini", prompts=["mini", "mine.yaml"], seed=3, batch_size=4))
+    argv = resume_argv(cfg, Path("r1"), ["--budget", "40"])
+    at = [i for i, a in enumerate(argv) if a == "--prompts"]
+    assert [argv[i + 1] for i in at] == ["mini", str(tmp_path / "mine.yaml")]
+    assert argv[argv.index("--from") + 1] == str(tmp_path / "r1") and argv[-6:] == [
+        "--budget", "40", "--seed", "3", "--batch-size", "4"]
