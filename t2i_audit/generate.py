@@ -111,18 +111,24 @@ def effective_dtype(dtype: str, device: str) -> tuple[str, Optional[str]]:
     return dtype, None
 
 
+def silence_loading_bars() -> None:
+    """Our own bar shows progress (and --quiet hides it); the libraries' loading bars would bury it and
+    ignore --quiet."""
+    import transformers
+    from diffusers.utils import logging as diffusers_logging
+
+    diffusers_logging.disable_progress_bar()
+    transformers.utils.logging.disable_progress_bar()
+
+
 def load_pipeline(card: ModelCard, device: str, dtype: str, *, offload: Optional[str] = None,
                   vae_tiling: Optional[bool] = None):
     """The card's pipeline on ``device`` in ``dtype``; ``pipe.t2i_placement`` says how it was placed (offload,
     VAE tiling, the dtype each component runs in and why)."""
     import torch
-    import transformers
     from diffusers import DiffusionPipeline
-    from diffusers.utils import logging as diffusers_logging
 
-    # our own bar shows progress; the libraries' loading bars would bury it
-    diffusers_logging.disable_progress_bar()
-    transformers.utils.logging.disable_progress_bar()
+    silence_loading_bars()
     path = card.pretrained_path()
     kw = {"revision": card.revision, "dtype": getattr(torch, dtype)}
     if card.variant and dtype != "float32":  # fp16 files: half the download; never upcast them to fp32

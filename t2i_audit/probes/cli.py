@@ -105,8 +105,11 @@ def probe(
     cr = res.get("correlation", {})
     if "spearman" in cr:
         s = cr["spearman"]
-        typer.echo(f"decodability vs success ({cr['n_units']} {cr['unit']}s): Spearman {s['r']} "
-                   f"CI {s['ci']} p_perm {s['p_perm']}")
+        r, lo, hi, p = s.get("r"), *(list(s.get("ci") or []) + [None, None])[:2], s.get("p_perm")
+        f3 = lambda x: "–" if x is None else f"{x:.3f}"  # noqa: E731 (None: undefined on this sample)
+        typer.echo(f"decodability vs success ({cr['n_units']} {cr['unit']}s): " + (
+            "Spearman undefined (a constant side)" if r is None else
+            f"Spearman {f3(r)} CI [{f3(lo)}, {f3(hi)}] p_perm {'–' if p is None else f'{p:.3g}'}"))
 
 
 def predict(

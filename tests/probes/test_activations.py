@@ -194,3 +194,19 @@ templates:
             for slot, idx in slots.items():
                 assert idx == list(range(idx[0], idx[-1] + 1))  # contiguous tokens
                 assert r["text"][off[idx[0]][0]:off[idx[-1]][1]].strip() == r["slots"][slot]
+
+
+def test_loading_the_text_encoders_shows_no_library_bars():
+    """`probe RUN -q` printed diffusers' and transformers' loading bars (--quiet hides our bars only)."""
+    import transformers
+    from diffusers.utils import logging as diffusers_logging
+
+    from t2i_audit.mini.cli import WEIGHTS
+    from t2i_audit.probes.capture.pipeline_text import load_text_pipeline
+
+    diffusers_logging.enable_progress_bar()
+    transformers.utils.logging.enable_progress_bar()
+    pipe = load_text_pipeline(str(WEIGHTS / "generator"))
+    assert pipe.text_encoder is not None and pipe.unet is None
+    assert not diffusers_logging.is_progress_bar_enabled()
+    assert not transformers.utils.logging.is_progress_bar_enabled()

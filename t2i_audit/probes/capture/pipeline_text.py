@@ -130,6 +130,9 @@ def load_text_pipeline(path: str, *, revision: str | None = None, variant: str |
     import torch
     from diffusers import DiffusionPipeline
 
+    from ...generate import silence_loading_bars
+
+    silence_loading_bars()
     index = read_model_index(path, revision)
     skip = {k: None for k, v in index.items()
             if not k.startswith("_") and isinstance(v, list)
