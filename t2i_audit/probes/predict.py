@@ -83,6 +83,7 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     z = (X - np.asarray(probe["mean"])) / np.asarray(probe["scale"])
     risk = 1.0 / (1.0 + np.exp(-(z @ np.asarray(probe["coef"]) + probe["intercept"])))
     seen = set(probe.get("compositions") or [])
+    novel = _novel_values(from_run, prompts)
     # which scorer's verdicts labelled the probe's training prompts, per category (t2i_audit.deciding)
     labels_from = {c: (d or {}).get("scorer") for c, d in (probe.get("labels_from") or {}).items()}
     order = np.argsort(-risk, kind="stable")
@@ -90,6 +91,7 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
             "risk": round(float(risk[i]), 6), "template": prompts[i].get("template"),
             "composition": prompts[i].get("composition"),
             "seen_in_run": (prompts[i].get("composition") or prompts[i]["id"]) in seen,
+            "unseen_values": novel[i],
             "probe": {"encoder": probe["encoder"], "layer": probe["layer"], "pooling": pooling,
                       "oof_auroc": probe.get("oof_auroc"), "labels_from": labels_from}}
            for r, i in enumerate(order)]
@@ -102,4 +104,17 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
           f"{' (' + why + ')' if why else ''}; labels from "
           f"{', '.join(f'{c}: {n}' for c, n in labels_from.items()) or 'unrecorded (probe fitted before labels_from)'})",
           file=sys.stderr)
+    n_novel = sum(1 for v in novel if v)
+    if n_novel:
+        names = sorted({v for vs in novel for v in vs})
+        print(f"[predict] note: {n_novel} of {len(out)} prompts have slot values no prompt of {from_run} had "
+              f"({', '.join(names[:8])}{', …' if len(names) > 8 else ''}): their risk extrapolates beyond what the "
+              f"probe was fitted on (unseen_values in {out_path})", file=sys.stderr)
     return out
+
+
+def _novel_values(from_run: Path, prompts: list[dict]) -> list[list[str]]:
+    """Per prompt, its slot values (colours, objects, …) that no prompt of the fitted run had: a probe fitted on
+    one vocabulary ranks any text, and the user should see where it reads outside what it learned."""
+    known = {str(v) for p in RunDir(from_run).read_prompts() for v in (p.get("slots") or {}).values()}
+    return [sorted({str(v) for v in (p.get("slots") or {}).values()} - known) for p in prompts]

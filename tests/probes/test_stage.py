@@ -107,6 +107,20 @@ def test_predict_ranks_unseen_prompts(probed, tiny_clip_dir, tmp_path):
     assert predict_failures(str(tiny_clip_dir), src, rd.root, tmp_path / "again.jsonl") == ranked
 
 
+def test_predict_names_slot_values_the_fitted_run_never_had(probed, tiny_clip_dir, tmp_path, capsys):
+    # before: a probe fitted on one vocabulary ranked prompts of another without a word
+    rd, prompts, _ = probed
+    novel = {**prompts[0], "id": "novel", "text": "a photo of a chartreuse zeppelin",
+             "slots": {**prompts[0]["slots"], "c1": "chartreuse", "o1": "zeppelin"}}
+    src = tmp_path / "new.jsonl"
+    atomic_write_jsonl(src, prompts[:3] + [novel])
+    ranked = predict_failures(str(tiny_clip_dir), src, rd.root, tmp_path / "risk.jsonl")
+    assert {r["prompt_id"]: r["unseen_values"] for r in ranked} == {
+        **{p["id"]: [] for p in prompts[:3]}, "novel": ["chartreuse", "zeppelin"]}
+    err = capsys.readouterr().err
+    assert "note: 1 of 4 prompts have slot values no prompt of" in err and "(chartreuse, zeppelin)" in err
+
+
 def test_predict_refuses_a_different_model(probed, tmp_path):
     from tiny_encoders import build_tiny_clip
 
