@@ -222,6 +222,18 @@ def browser(tmp_path):
     b.close()
 
 
+def _browser_loses_local_storage(browser, tmp_path) -> bool:
+    control = tmp_path / "control.html"
+    control.write_text("<!doctype html><script>window.labelState = function () { return {}; };</script>")
+    browser.load(control.as_uri())
+    browser.eval("localStorage.setItem('t2i-audit-control', 'kept')")
+    for _ in range(20):
+        browser.load(control.as_uri())
+        if browser.eval("localStorage.getItem('t2i-audit-control')") == "kept":
+            return False
+    return True
+
+
 @needs_chromium
 def test_label_session_export_and_calibrate(run, tmp_path, browser):
     page = render_label_page(run, n=6, seed=0, out=tmp_path / "label.html", progress=False)
@@ -247,16 +259,25 @@ def test_label_session_export_and_calibrate(run, tmp_path, browser):
     expect[f"{items[1]['key']}|{q2[3]['question_id']}"] = "no"
 
     csv_text = browser.eval("exportCsv()")
+    # what the page stored, read back in this document: autosave is on and holds every answer
+    assert browser.eval("document.getElementById('save-note').textContent") == "autosave on"
+    stored = browser.eval("JSON.parse(localStorage.getItem(Object.keys(localStorage)"
+                          ".find(function (k) { return k.indexOf('t2i-audit-label:') === 0; })) || 'null')")
+    assert stored and stored["answers"] == expect, stored
     # autosave: a reload keeps every answer. Under load Chromium can show a file:// page's new document an
     # empty localStorage although the writes were made (measured: 2 of 3 runs beside two busy loops); a
     # later load reads them. So reload until the restored answers are the expected ones (the page only
-    # reads at load, so reloading never changes what is stored), within the hang guard.
-    deadline = time.time() + HANG
-    while True:
+    # reads at load, so reloading never changes what is stored), a bounded number of times. Once (CI, two
+    # test suites and a generation loop on 2 cores) no reload ever restored them: then a control write made
+    # by the test in a page without the label page's code tells whether the browser lost it.
+    for _ in range(20):
         browser.load(page.as_uri())
         restored = browser.eval("labelState()")["answers"]
-        if restored == expect or time.time() > deadline:
+        if restored == expect:
             break
+    if restored != expect and _browser_loses_local_storage(browser, tmp_path):
+        pytest.skip("Chromium lost a localStorage write across a reload on this machine, also in a control page "
+                    "without the label page's code: the browser's failure, not the page's")
     assert restored == expect
     assert browser.eval("exportCsv()") == csv_text
     # the button downloads exactly the same text
