@@ -83,7 +83,7 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     z = (X - np.asarray(probe["mean"])) / np.asarray(probe["scale"])
     risk = 1.0 / (1.0 + np.exp(-(z @ np.asarray(probe["coef"]) + probe["intercept"])))
     seen = set(probe.get("compositions") or [])
-    novel = _novel_values(from_run, prompts)
+    novel = _novel_values(probe, prompts)
     # which scorer's verdicts labelled the probe's training prompts, per category (t2i_audit.deciding)
     labels_from = {c: (d or {}).get("scorer") for c, d in (probe.get("labels_from") or {}).items()}
     order = np.argsort(-risk, kind="stable")
@@ -107,14 +107,18 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     n_novel = sum(1 for v in novel if v)
     if n_novel:
         names = sorted({v for vs in novel for v in vs})
-        print(f"[predict] note: {n_novel} of {len(out)} prompts have slot values no prompt of {from_run} had "
+        print(f"[predict] note: {n_novel} of {len(out)} prompts have slot values the probe of {from_run} never saw "
               f"({', '.join(names[:8])}{', …' if len(names) > 8 else ''}): their risk extrapolates beyond what the "
               f"probe was fitted on (unseen_values in {out_path})", file=sys.stderr)
     return out
 
 
-def _novel_values(from_run: Path, prompts: list[dict]) -> list[list[str]]:
-    """Per prompt, its slot values (colours, objects, …) that no prompt of the fitted run had: a probe fitted on
-    one vocabulary ranks any text, and the user should see where it reads outside what it learned."""
-    known = {str(v) for p in RunDir(from_run).read_prompts() for v in (p.get("slots") or {}).values()}
+def _novel_values(probe: dict, prompts: list[dict]) -> list[list[str]]:
+    """Per prompt, its slot values (colours, objects, …) that no composition the probe was fitted on had (read
+    from the probe file's ``compositions``, ``slot=value|…``): a probe fitted on one vocabulary ranks any text,
+    and the user should see where it reads outside what it learned. Nothing is flagged when the file names no
+    compositions."""
+    known = {kv.split("=", 1)[1] for c in probe.get("compositions") or [] for kv in str(c).split("|") if "=" in kv}
+    if not known:
+        return [[] for _ in prompts]
     return [sorted({str(v) for v in (p.get("slots") or {}).values()} - known) for p in prompts]

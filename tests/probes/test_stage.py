@@ -118,7 +118,7 @@ def test_predict_names_slot_values_the_fitted_run_never_had(probed, tiny_clip_di
     assert {r["prompt_id"]: r["unseen_values"] for r in ranked} == {
         **{p["id"]: [] for p in prompts[:3]}, "novel": ["chartreuse", "zeppelin"]}
     err = capsys.readouterr().err
-    assert "note: 1 of 4 prompts have slot values no prompt of" in err and "(chartreuse, zeppelin)" in err
+    assert "note: 1 of 4 prompts have slot values the probe of" in err and "(chartreuse, zeppelin)" in err
 
 
 def test_predict_refuses_a_different_model(probed, tmp_path):
