@@ -552,6 +552,9 @@ def _write_batch(run: RunDir, card: ModelCard, batch, seeds, images, nsfw, secon
 
 def merge_shards(run: RunDir, prompts: list[dict], images_per_prompt: int, made_now: int) -> dict:
     """Write images.jsonl in prompt order from every shard; return counts for the manifest."""
+    from .rundir import remove_write_leftovers
+
+    remove_write_leftovers(run.root / "images")  # every process has finished its share: nothing is in flight
     done = _done_items(run)
     order = [(p["id"], k) for p in prompts for k in range(images_per_prompt)]
     records = [done[key] for key in order if key in done]

@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -75,6 +76,21 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+# atomic_write_bytes' staging names: mkstemp(prefix=".<name>.", suffix=".tmp") adds 8 characters of this alphabet
+_STAGED = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+
+
+def remove_write_leftovers(folder: Path) -> list[Path]:
+    """Delete the staging files of :func:`atomic_write_bytes` that a kill left between write and rename, under
+    ``folder``. Ours by name; call it only where no write can be in flight (the stage's every process done)."""
+    gone = []
+    for p in sorted(Path(folder).rglob(".*.tmp")):
+        if p.is_file() and _STAGED.match(p.name):
+            p.unlink()
+            gone.append(p)
+    return gone
 
 
 _SETTLED_NS = 5_000_000_000  # mtimes tick in 1 ms (ext4) to 2 s (FAT): an older file changes stat when rewritten

@@ -91,3 +91,21 @@ def test_twelve_kills_lose_nothing(repo_root, tmp_path):
         for line in f.read_text().splitlines():
             json.loads(line)
     assert not list(out.rglob("*.tmp"))
+
+
+def test_a_resume_removes_the_staging_files_a_kill_left_and_nothing_else(repo_root, tmp_path):
+    """A kill between an image's write and its rename leaves ``.0.png.<8 chars>.tmp`` (atomic_write_bytes'
+    staging name): the kill drill found two after its resume (CI on a loaded machine). The generate stage
+    removes exactly those once every process is done; a user's own hidden or .tmp files stay."""
+    from t2i_audit import api
+
+    cfg = api.make_config(dict(model="mini", prompts=[str(repo_root / "prompts/mini.yaml")], limit=2,
+                               stages=["prompts", "generate"], out=str(tmp_path / "run"), device="cpu"))
+    run = RunDir(api.run_audit(cfg, progress=False))
+    folder = next(p for p in (run.root / "images").iterdir() if p.is_dir())
+    left = folder / ".0.png.k3x_9q0a.tmp"
+    mine = [folder / ".my-notes.tmp", folder / "draft.tmp", folder / ".0.png.short.tmp"]
+    for p in [left, *mine]:
+        p.write_bytes(b"partial")
+    api.run_audit(cfg, progress=False)  # the resume: nothing to generate, the stage still closes
+    assert not left.exists() and all(p.read_bytes() == b"partial" for p in mine)
