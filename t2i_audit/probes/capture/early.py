@@ -264,13 +264,18 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
 
 def load_early(rd: RunDir) -> tuple[dict[str, np.ndarray], list[tuple[str, int]], dict]:
     """The stored per-image arrays, their (prompt_id, sample) rows and meta.json."""
+    return load_feature_folder(rd.activations_dir / "early", f"no early features; run `t2i-audit probe {rd.root} "
+                                                            "--early` first")
+
+
+def load_feature_folder(folder, missing: str) -> tuple[dict[str, np.ndarray], list[tuple[str, int]], dict]:
+    """Arrays, (prompt_id, sample) rows and meta.json of a per-image feature folder (early, trajectory);
+    ``missing``: what to tell the user when it has not been made."""
     from ...rundir import read_jsonl
     from ...safeload import read_json
 
-    enc_dir = rd.activations_dir / "early"
-    if not (enc_dir / "meta.json").exists():
-        raise AuditError(f"{enc_dir}: no early features; run `t2i-audit probe {rd.root} --early` first")
-    meta = read_json(enc_dir / "meta.json")
-    rows = [(r["prompt_id"], int(r["sample"])) for r in read_jsonl(enc_dir / "index.jsonl", strict=True)]
-    arrays = {n: np.load(enc_dir / f"{n}.npy") for n in meta["arrays"]}
-    return arrays, rows, meta
+    if not (folder / "meta.json").exists():
+        raise AuditError(f"{folder}: {missing}")
+    meta = read_json(folder / "meta.json")
+    rows = [(r["prompt_id"], int(r["sample"])) for r in read_jsonl(folder / "index.jsonl", strict=True)]
+    return {n: np.load(folder / f"{n}.npy") for n in meta["arrays"]}, rows, meta

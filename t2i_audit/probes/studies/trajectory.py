@@ -232,12 +232,7 @@ def extract(rd: RunDir, model: str, *, fractions: Sequence[float], device: str =
 
 
 def load(rd: RunDir) -> tuple[dict[str, np.ndarray], list[tuple[str, int]], dict]:
-    from ...rundir import read_jsonl
-    from ...safeload import read_json
+    from ..capture.early import load_feature_folder
 
-    d = rd.activations_dir / "trajectory"
-    if not (d / "meta.json").exists():
-        raise AuditError(f"{d}: no trajectory features; run `t2i-audit probe {rd.root} --early --binding` first")
-    meta = read_json(d / "meta.json")
-    rows = [(r["prompt_id"], int(r["sample"])) for r in read_jsonl(d / "index.jsonl", strict=True)]
-    return {n: np.load(d / f"{n}.npy") for n in meta["arrays"]}, rows, meta
+    return load_feature_folder(rd.activations_dir / "trajectory", "no trajectory features; run "
+                               f"`t2i-audit probe {rd.root} --early --binding` first")
