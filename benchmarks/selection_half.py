@@ -1,0 +1,39 @@
+"""The prompts the README's fresh-seed `select --budget` runs score: half of the twin groups of each category.
+
+    python benchmarks/selection_half.py RUN --out half.jsonl [--categories spatial,color_binding]
+
+Per category, the twin groups (a composition with its swap twin, ``prompts.twin_group``) are ordered by the
+SHA-256 of their name and the first half kept, so the split depends on the prompts alone (not on the run's
+seeds, results or machine). `select --budget` then chooses its policy on the other half only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+from t2i_audit.prompts import twin_group
+from t2i_audit.rundir import read_jsonl
+
+
+def half_of_the_groups(records: list[dict], categories: list[str]) -> list[dict]:
+    kept = []
+    for cat in categories:
+        mine = [r for r in records if r.get("category") == cat]
+        groups = sorted({twin_group(r) for r in mine}, key=lambda g: hashlib.sha256(g.encode()).hexdigest())
+        chosen = set(groups[: len(groups) // 2])
+        kept += [r for r in mine if twin_group(r) in chosen]
+    return kept
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--categories", default="spatial,color_binding")
+    a = ap.parse_args()
+    recs = half_of_the_groups(read_jsonl(a.run / "prompts.jsonl"), a.categories.split(","))
+    a.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
+    print(f"{a.out}: {len(recs)} prompts")
