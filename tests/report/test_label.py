@@ -247,31 +247,6 @@ def test_label_session_export_and_calibrate(run, tmp_path, browser):
     expect[f"{items[1]['key']}|{q2[3]['question_id']}"] = "no"
 
     csv_text = browser.eval("exportCsv()")
-    # what the page stored, read back in this document: autosave is on and holds every answer
-    assert browser.eval("document.getElementById('save-note').textContent") == "autosave on"
-    key = browser.eval("Object.keys(localStorage).find(function (k) { return k.indexOf('t2i-audit-label:') === 0; })")
-    read_kept = f"JSON.parse(localStorage.getItem({json.dumps(key)}) || 'null')"
-    stored = browser.eval(read_kept)
-    assert stored and stored["answers"] == expect, stored
-    # autosave: a reload restores every answer. Two duties, told apart: the browser keeps what the page stored,
-    # the page restores what the browser kept. Under load Chromium can show a file:// page's new document an
-    # empty or older localStorage although the writes were made (measured: 2 of 3 runs beside two busy loops;
-    # twice on a loaded CI machine no reload in 20 got them back). So reload until the page restores the
-    # answers, a bounded number of times (the page writes only when answering, so a reload changes nothing
-    # stored); if it never does, the test fails only when the browser did hand the answers to the last document
-    # (the page's failure), and skips when the browser never did (the browser's).
-    for _ in range(20):
-        browser.load(page.as_uri())
-        restored = browser.eval("labelState()")["answers"]
-        if restored == expect:
-            break
-    else:
-        kept = browser.eval(read_kept)
-        if not kept or kept["answers"] != expect:
-            pytest.skip(f"Chromium did not give a reloaded page back its localStorage in 20 loads (it held "
-                        f"{kept!r}): the browser's failure, not the page's, which stored every answer")
-    assert restored == expect
-    assert browser.eval("exportCsv()") == csv_text
     # the button downloads exactly the same text
     dl = tmp_path / "downloads"
     dl.mkdir()
@@ -299,6 +274,32 @@ def test_label_session_export_and_calibrate(run, tmp_path, browser):
     # every exported row names a real image of the run
     paths = {i["path"] for i in read_jsonl(Path(run) / "images.jsonl")}
     assert set(df["image"]) <= paths
+    # after the export (a skip below loses nothing else of this test)
+    # what the page stored, read back in this document: autosave is on and holds every answer
+    assert browser.eval("document.getElementById('save-note').textContent") == "autosave on"
+    key = browser.eval("Object.keys(localStorage).find(function (k) { return k.indexOf('t2i-audit-label:') === 0; })")
+    read_kept = f"JSON.parse(localStorage.getItem({json.dumps(key)}) || 'null')"
+    stored = browser.eval(read_kept)
+    assert stored and stored["answers"] == expect, stored
+    # autosave: a reload restores every answer. Two duties, told apart: the browser keeps what the page stored,
+    # the page restores what the browser kept. Under load Chromium can show a file:// page's new document an
+    # empty or older localStorage although the writes were made (measured: 2 of 3 runs beside two busy loops;
+    # twice on a loaded CI machine no reload in 20 got them back). So reload until the page restores the
+    # answers, a bounded number of times (the page writes only when answering, so a reload changes nothing
+    # stored); if it never does, the test fails only when the browser did hand the answers to the last document
+    # (the page's failure), and skips when the browser never did (the browser's).
+    for _ in range(20):
+        browser.load(page.as_uri())
+        restored = browser.eval("labelState()")["answers"]
+        if restored == expect:
+            break
+    else:
+        kept = browser.eval(read_kept)
+        if not kept or kept["answers"] != expect:
+            pytest.skip(f"Chromium did not give a reloaded page back its localStorage in 20 loads (it held "
+                        f"{kept!r}): the browser's failure, not the page's, which stored every answer")
+    assert restored == expect
+    assert browser.eval("exportCsv()") == csv_text
 
 
 @needs_chromium
