@@ -117,6 +117,8 @@ def predict(
     prompts: Path = typer.Option(..., "--prompts", help="Suite YAML (expanded) or prompts.jsonl."),
     from_run: Path = typer.Option(..., "--from", help="Probed run directory (probes/failure_probe.json)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Ranking JSONL; default <prompts stem>.risk.jsonl."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Keep a balanced, deterministic subset of N "
+                                        "prompts (the one `run --limit N` takes)."),
     device: str = typer.Option("cpu", "--device"),
     top: int = typer.Option(10, "--top", help="How many of the riskiest to print."),
     early: bool = typer.Option(False, "--early", help="Per image: run --of seeds of each prompt to --at and rank "
@@ -145,7 +147,7 @@ def predict(
         from .select import scan_only
         from .studies import freshness
 
-        records = load_prompts(prompts)
+        records = load_prompts(prompts, limit)
         # fresh seeds by construction, as select: in-sample risks of the probe's own training images rank nothing
         base = freshness.fresh_base_seed(from_run, records, of) if seed is None else seed
         freshness.check(from_run, records, of, base, allow_seen=allow_seen)
@@ -156,7 +158,7 @@ def predict(
             typer.echo(f"{r['risk']:.3f}  seed {r['seed']}  {r['text']}")
         typer.echo(f"{len(ranked)} (prompt, seed) pairs scored -> {out}")
         return
-    ranked = predict_failures(model, prompts, from_run, out, device=device, force=force)
+    ranked = predict_failures(model, prompts, from_run, out, device=device, force=force, limit=limit)
     for r in ranked[:top]:
         typer.echo(f"{r['rank']:>4}  {r['risk']:.3f}  {r['text']}")
     typer.echo(f"{len(ranked)} prompts ranked -> {out}")

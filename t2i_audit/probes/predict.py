@@ -17,8 +17,16 @@ from ..rundir import RunDir, atomic_write_jsonl, claim_output_file, read_jsonl
 from .capture.activations import encoder_fingerprint, resolve_text_encoders
 
 
-def load_prompts(path) -> list[dict]:
-    """PromptRecords from a suite YAML (expanded; a shipped suite's bare name too) or a prompts.jsonl."""
+def load_prompts(path, limit: int | None = None) -> list[dict]:
+    """PromptRecords from a suite YAML (expanded; a shipped suite's bare name too) or a prompts.jsonl; with
+    ``limit``, the balanced, deterministic subset `run --limit` takes (twins together, values used evenly)."""
+    from ..prompts import sample_records
+
+    records = _read_prompts(path)
+    return sample_records(records, limit) if limit else records
+
+
+def _read_prompts(path) -> list[dict]:
     from ..suite import resolve_suite_path
 
     path = resolve_suite_path(path)
@@ -39,7 +47,7 @@ def load_probe(from_run) -> dict:
 
 
 def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu",
-                     batch_size: int = 32, force: bool = False) -> list[dict]:
+                     batch_size: int = 32, force: bool = False, limit: int | None = None) -> list[dict]:
     claim_output_file(out_path, force=force)  # before any work: an existing file is replaced only with force
     from_run = from_run.root if isinstance(from_run, RunDir) else Path(from_run)
     probe = load_probe(from_run)
@@ -51,7 +59,7 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     if encoder_fingerprint(info["path"], enc, info["revision"]) != probe["fingerprint"]:
         raise AuditError(f"--model {model!r}: its {probe['encoder']} differs from the one the probe in "
                          f"{from_run} was fitted on (model {probe.get('model')!r}); use the same model")
-    prompts = load_prompts(suite_path)
+    prompts = load_prompts(suite_path, limit)
     if not prompts:
         raise AuditError(f"--prompts {suite_path}: no prompts")
     from ..models import resolve_model

@@ -206,3 +206,26 @@ def test_predict_from_a_suite_yaml(probed, tiny_clip_dir, tmp_path):
     assert len(ranked) == 4 * 4 * 3 * 3
     assert any(r["text"].startswith("a photo of an orange") for r in ranked)  # the suite's own text
     assert all(0.0 <= r["risk"] <= 1.0 for r in ranked)
+
+
+def test_predict_limit_ranks_the_subset_run_limit_takes(probed, tiny_clip_dir, tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from t2i_audit.api import expand_suites
+    from t2i_audit.probes.cli import register
+
+    rd, _, _ = probed
+    suite = tmp_path / "new.yaml"
+    suite.write_text(SUITE)
+    app = typer.Typer()
+    register(app)
+    r = CliRunner().invoke(app, ["predict", "--model", str(tiny_clip_dir), "--prompts", str(suite),
+                                 "--from", str(rd.root), "--limit", "10", "--out", str(tmp_path / "risk.jsonl")])
+    assert r.exit_code == 0, r.output
+    assert "10 prompts ranked" in r.output
+    got = {x["prompt_id"] for x in read_jsonl(tmp_path / "risk.jsonl")}
+    assert got == {p["id"] for p in expand_suites([str(suite)], limit=10)}  # the prompts `run --limit 10` takes
+    r = CliRunner().invoke(app, ["predict", "--model", str(tiny_clip_dir), "--prompts", str(suite),
+                                 "--from", str(rd.root), "--limit", "0", "--out", str(tmp_path / "r0.jsonl")])
+    assert r.exit_code == 2 and "--limit" in r.output and not (tmp_path / "r0.jsonl").exists()
