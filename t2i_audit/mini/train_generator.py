@@ -52,6 +52,8 @@ class GeneratorConfig:
     checkpoint_minutes: float = 10.0
     heldout: tuple[tuple[str, str], ...] = HELDOUT_PAIRS
     kind_weights: tuple[float, float, float] = (0.2, 0.3, 0.5)
+    single_size: tuple[float, float] = (0.36, 0.5)      # a single object's side, fraction of the image
+    single_centre: tuple[float, float] = (0.38, 0.62)   # each coordinate of its centre
     prediction_type: str = "v_prediction"  # or "epsilon" / "sample" (x0); the saved sampler predicts the same
     lr_schedule: str = "constant"     # or "cosine": after warmup, decay to 0 at `steps` (needs steps)
     text_max_length: int = 77         # tokens the prompt is padded to (the saved tokenizer's model_max_length)
@@ -212,7 +214,8 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
         elapsed = (time.time() - t_start) / 60
         if (cfg.steps is not None and step >= cfg.steps) or (cfg.minutes is not None and elapsed >= cfg.minutes):
             break
-        scenes = [sample_scene(rng, exclude=cfg.heldout, kind_weights=cfg.kind_weights) for _ in range(cfg.batch)]
+        scenes = [sample_scene(rng, exclude=cfg.heldout, kind_weights=cfg.kind_weights, single_size=cfg.single_size,
+                               single_centre=cfg.single_centre) for _ in range(cfg.batch)]
         texts = ["" if rng.random() < cfg.caption_dropout else caption(s) for s in scenes]
         x0 = _images_tensor(scenes, cfg.size)
         ids = tokenizer(texts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,

@@ -128,10 +128,13 @@ def sample_scene(
     kind: str | None = None,
     exclude: Iterable[tuple[str, str]] = (),
     kind_weights: Sequence[float] = (0.2, 0.3, 0.5),
+    single_size: tuple[float, float] = (0.36, 0.5),
+    single_centre: tuple[float, float] = (0.38, 0.62),
 ) -> Scene:
     """A random scene; colours and shapes uniform, two objects always differ in both colour
     and shape (as in the suite's constraints). Scenes using an `exclude`d (colour, shape)
-    pair are rejected and redrawn."""
+    pair are rejected and redrawn. A single object's side (fraction of the image) is drawn from
+    `single_size`, each coordinate of its centre from `single_centre`."""
     excluded = set(map(tuple, exclude))
     if kind is None:
         kind = rng.choices(KINDS, weights=kind_weights)[0]
@@ -140,8 +143,8 @@ def sample_scene(
             c, s = rng.choice(COLORS), rng.choice(SHAPES)
             if (c, s) in excluded:
                 continue
-            size = rng.uniform(0.36, 0.5)
-            cx, cy = rng.uniform(0.38, 0.62), rng.uniform(0.38, 0.62)
+            size = rng.uniform(*single_size)
+            cx, cy = rng.uniform(*single_centre), rng.uniform(*single_centre)
             return Scene("single", (Obj(c, s, cx, cy, size),))
         c1, c2 = rng.sample(COLORS, 2)
         s1, s2 = rng.sample(SHAPES, 2)

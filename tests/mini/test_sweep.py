@@ -60,10 +60,15 @@ def test_pixel_judge_exact_on_renders_at_sweep_size():
 
     from t2i_audit.mini.pixel_judge import prompt_passes
 
-    size, rng = sweep.SweepConfig().size, random.Random(5)
-    for _ in range(8):
+    cfg, rng = sweep.SweepConfig(), random.Random(5)
+    size = cfg.size
+    for k in range(8):
         for c, s in sweep.ALL_PAIRS:
-            im = world.render(world.scene_for([c], [s], rng=rng), size)
+            # the objects the sweep's models are taught (its object_size), and the world's default size
+            scene = (world.sample_scene(rng, "single", exclude=[p for p in sweep.ALL_PAIRS if p != (c, s)],
+                                        single_size=cfg.object_size, single_centre=cfg.object_centre)
+                     if k % 2 else world.scene_for([c], [s], rng=rng))
+            im = world.render(scene, size)
             assert im.size == (size, size)
             assert prompt_passes(im, world.scene_record(world.scene_for([c], [s])))
             for c2, s2 in ((next(x for x in world.COLORS if x != c), s), (c, next(x for x in world.SHAPES if x != s))):
@@ -378,3 +383,20 @@ def test_bootstrap_ci_where_scipy_gives_nan_equals_a_scipy_loop_over_defined_res
     rs = [spearmanr(a, b)[0] for a, b in zip(xa, ya) if np.ptp(a) > 0 and np.ptp(b) > 0]
     assert len(rs) == res["ci_resamples_used"]
     assert res["ci"] == pytest.approx(list(np.quantile(rs, [0.025, 0.975])), abs=1e-4)
+
+
+def test_sweep_models_are_taught_the_sweeps_object_size():
+    """Each model's training config carries the sweep's object size and centre range (recorded in its card,
+    so a sweep with other objects never reuses it)."""
+    import random
+
+    cfg = sweep.SweepConfig()
+    g = sweep.generator_config(cfg, 16, 1.0, 0)
+    assert (g.single_size, g.single_centre) == (tuple(cfg.object_size), tuple(cfg.object_centre))
+    scenes = [world.sample_scene(random.Random(i), "single", single_size=g.single_size,
+                                 single_centre=g.single_centre) for i in range(200)]
+    sides = [o.size for sc in scenes for o in sc.objects]
+    assert cfg.object_size[0] <= min(sides) and max(sides) <= cfg.object_size[1]
+    # the world's default draws are unchanged (the shipped mini generator's training data)
+    assert world.sample_scene(random.Random(3), "single") == world.sample_scene(
+        random.Random(3), "single", single_size=(0.36, 0.5), single_centre=(0.38, 0.62))
