@@ -243,7 +243,7 @@ def run_sweep(out: Path | str, cfg: SweepConfig | None = None, *, eval_only: boo
         "kind": "t2i-audit mini sweep", "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "config": json.loads(json.dumps(asdict(cfg), default=list)),
         "design": {"space": f"{len(COLORS)} colours × {len(SHAPES)} shapes = {len(ALL_PAIRS)} pairs, single objects, "
-                            f"{cfg.size} px",
+                            f"{cfg.size} px, the object {cfg.object_size[0]:g}–{cfg.object_size[1]:g} of the side",
                    "heldout_pairs": [pair_key(p) for p in HELDOUT_PAIRS],
                    "trainable_pairs": [pair_key(p) for p in TRAINABLE_PAIRS],
                    "coverage": "fraction of the trainable pairs a model trains on; nested across coverages for "
