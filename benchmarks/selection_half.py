@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 from pathlib import Path
 
 from t2i_audit.prompts import twin_group
-from t2i_audit.rundir import read_jsonl
+from t2i_audit.rundir import atomic_write_jsonl, read_jsonl
 
 
 def half_of_the_groups(records: list[dict], categories: list[str]) -> list[dict]:
@@ -35,5 +34,5 @@ if __name__ == "__main__":
     ap.add_argument("--categories", default="spatial,color_binding")
     a = ap.parse_args()
     recs = half_of_the_groups(read_jsonl(a.run / "prompts.jsonl"), a.categories.split(","))
-    a.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
+    atomic_write_jsonl(a.out, recs)
     print(f"{a.out}: {len(recs)} prompts")

@@ -47,14 +47,18 @@ def trained_card(folder: Path, expected) -> dict | None:
         return None  # a write cut short (writes are atomic, so only a foreign file): retrain
     if not card.get("final"):
         return None
-    wanted = json.loads(json.dumps(asdict(expected), default=list))
     # a setting added after the card was written is absent from it; its default reproduces the old behaviour
-    recorded = {**json.loads(json.dumps(asdict(type(expected)()), default=list)), **(card.get("config") or {})}
-    diff = differences(recorded, wanted)
+    recorded = {**_as_stored(type(expected)()), **(card.get("config") or {})}
+    diff = differences(recorded, _as_stored(expected))
     if diff:
         raise AuditError(f"{folder}: trained with other settings ({'; '.join(diff)}); this sweep neither reuses nor "
                          "overwrites it — choose another --out, or rerun with the settings of that sweep")
     return card
+
+
+def _as_stored(config) -> dict:
+    """A config dataclass as the card's JSON holds it (tuples as lists)."""
+    return json.loads(json.dumps(asdict(config), default=list))
 
 
 def has_weights(folder: Path) -> bool:

@@ -118,7 +118,7 @@ def predict(
     from_run: Path = typer.Option(..., "--from", help="Probed run directory (probes/failure_probe.json)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Ranking JSONL; default <prompts stem>.risk.jsonl."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Keep a balanced, deterministic subset of N "
-                                        "prompts (the one `run --limit N` takes)."),
+                                        "prompts (the one `run --limit N` takes at its default --seed 0)."),
     device: str = typer.Option("cpu", "--device"),
     top: int = typer.Option(10, "--top", help="How many of the riskiest to print."),
     early: bool = typer.Option(False, "--early", help="Per image: run --of seeds of each prompt to --at and rank "

@@ -400,3 +400,19 @@ def test_sweep_models_are_taught_the_sweeps_object_size():
     # the world's default draws are unchanged (the shipped mini generator's training data)
     assert world.sample_scene(random.Random(3), "single") == world.sample_scene(
         random.Random(3), "single", single_size=(0.36, 0.5), single_centre=(0.38, 0.62))
+
+
+def test_a_card_from_before_a_setting_existed_compares_at_its_default(tmp_path):
+    """A model trained before GeneratorConfig had ``single_size``/``single_centre`` (its card lacks them) was
+    trained at their defaults: it is reused by a sweep asking for those, and refused, naming the setting, by a
+    sweep with larger objects — never reused or overwritten."""
+    from t2i_audit.errors import AuditError
+    from t2i_audit.mini.sweep_work import _as_stored, trained_card
+
+    old_objects = sweep.SweepConfig(object_size=(0.36, 0.5), object_centre=(0.38, 0.62))
+    config = _as_stored(sweep.generator_config(old_objects, 16, 1.0, 0))
+    del config["single_size"], config["single_centre"]
+    (tmp_path / "card.json").write_text(json.dumps({"final": True, "steps": 2500, "config": config}))
+    assert trained_card(tmp_path, sweep.generator_config(old_objects, 16, 1.0, 0))["steps"] == 2500
+    with pytest.raises(AuditError, match=r"single_size: \[0\.36, 0\.5\] → \[0\.6, 0\.75\]"):
+        trained_card(tmp_path, sweep.generator_config(sweep.SweepConfig(), 16, 1.0, 0))
