@@ -348,6 +348,18 @@ def test_a_model_to_evaluate_without_its_weights_is_trained_again_and_only_that_
     assert (folder / "sweep_eval.json").is_file() and json.loads((out / "sweep.json").read_text())["complete"]
 
 
+def test_train_only_trains_an_evaluated_model_whose_weights_are_gone(smoke_run):
+    """A checkout of reports/sweep has evaluations but no weights: --train-only makes them (for a
+    later --eval-only), it does not skip the model as done."""
+    out, _ = smoke_run
+    (out / "models" / "w8_cov100_seed0" / "unet" / "diffusion_pytorch_model.safetensors").unlink(missing_ok=True)
+    res = _sweep_cli("--out", out, "--smoke", "--fit-threshold", 0, "--train-only")
+    assert res.exit_code == 0, res.output
+    assert "w8_cov100_seed0: training" in res.output and "w8_cov050_seed0: done, skipped" in res.output
+    assert "evaluating" not in res.output
+    assert (out / "models" / "w8_cov100_seed0" / "unet" / "diffusion_pytorch_model.safetensors").is_file()
+
+
 def test_a_model_held_by_another_worker_is_skipped(tmp_path):
     from t2i_audit.mini import sweep_work
 
