@@ -1,4 +1,4 @@
-"""Seconds per unit of a selection policy's cost (t2i_audit/probes/studies/costs.py), in one run.
+"""Seconds per unit of a selection policy's cost (t2i_audit/select/cost.py), in one run.
 
 On one planned batch of the mini world (4 images of one prompt, 32 px, 20 steps, CFG batched), timed
 alternately: a whole generation (T loop iterations + the VAE decode), the VAE decode alone, and the

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .sweep import ALL_PAIRS, HELDOUT_PAIRS, TARGETS, SweepConfig, pair_key, seen_pairs
+from .sweep_design import ALL_PAIRS, HELDOUT_PAIRS, TARGETS, SweepConfig, pair_key, seen_pairs
 from .sweep_stats import _r
 from .world import SHAPES, scene_for, scene_record
 

@@ -23,7 +23,7 @@ from typing import Callable
 from ..errors import AuditError
 from ..resume import differences
 from ..rundir import atomic_write_text
-from .sweep import SweepConfig, generator_config, model_jobs, model_name, seen_pairs
+from .sweep_design import SweepConfig, generator_config, model_jobs, model_name, seen_pairs
 
 WEIGHT_FILES = ("unet/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors",
                 "vae/diffusion_pytorch_model.safetensors")

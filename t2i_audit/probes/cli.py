@@ -144,8 +144,8 @@ def predict(
     claim_output_file(out, force=force)  # before any work, --early too: never replace a file unasked
     if early:
         from .predict import load_prompts
-        from .select import scan_only
-        from .studies import freshness
+        from ..select import freshness
+        from ..select.scan import scan_only
 
         records = load_prompts(prompts, limit)
         # fresh seeds by construction, as select: in-sample risks of the probe's own training images rank nothing
@@ -242,7 +242,7 @@ def select(
     """Seed selection: scan N seeds of each prompt to an early step, finish the K the per-image probe likes."""
     from ..api import make_config
     from ..cli_checks import require_suite
-    from .select import select_run
+    from ..select.command import select_run
 
     for p in prompts or ():  # before --from's probes are read: each input named on its own
         require_suite(p)
@@ -261,13 +261,13 @@ def select(
     cfg = make_config({"model": model, "prompts": paths, "seed": seed or 0, "batch_size": batch_size,
                        "device": device, "limit": limit, "out": str(out) if out else None}, "select options")
     if budget is not None:
-        from .studies.budget_run import budget_select_run
+        from ..select.budget import budget_select_run
 
         _budget_echo(budget_select_run(cfg, from_run, budget=budget, seed=seed, allow_seen=allow_seen,
                                        holdout=holdout, progress=not quiet))
         return
     if seed is None:
-        from .studies.freshness import fresh_base_seed
+        from ..select.freshness import fresh_base_seed
 
         cfg = cfg.model_copy(update={"seed": fresh_base_seed(from_run, _expanded(cfg), of)})
     res = select_run(cfg, from_run, n_of=of, keep=keep, at=at, baseline=baseline, progress=not quiet,

@@ -140,7 +140,7 @@ def test_a_damaged_early_probes_file_is_named_with_its_key(early_run, tmp_path, 
     assert "nan" not in err.lower()
     assert _snapshot(tmp_path) == before and not (tmp_path / "r.jsonl").exists()
     with pytest.raises(AuditError, match="early_probes.json"):  # select reads through the same loader
-        from t2i_audit.probes.select import load_fitted
+        from t2i_audit.select.scan import load_fitted
 
         load_fitted(src)
 

@@ -14,8 +14,9 @@ from t2i_audit import api, stats
 from t2i_audit.cli import app
 from t2i_audit.errors import AuditError
 from t2i_audit.generate import image_seed
-from t2i_audit.probes.studies import budget_run, freshness
-from t2i_audit.probes.studies.selection import Staged, Whole
+from t2i_audit.select import budget as budget_run
+from t2i_audit.select import freshness
+from t2i_audit.select.policies import Staged, Whole
 from t2i_audit.rundir import RunDir, read_jsonl
 
 STEPS = 4

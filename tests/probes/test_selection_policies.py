@@ -9,9 +9,10 @@ import itertools
 import numpy as np
 import pytest
 
-from t2i_audit.probes.studies import budget, costs
-from t2i_audit.probes.studies.clusters import GroupBootstrap, holm
-from t2i_audit.probes.studies.selection import (Staged, Whole, WholeMix, grid, on_curve, policy_from_dict,
+from t2i_audit.clusters import GroupBootstrap, holm
+from t2i_audit.select import choose as budget
+from t2i_audit.select import cost as costs
+from t2i_audit.select.policies import (Staged, Whole, WholeMix, grid, on_curve, policy_from_dict,
                                                   simulate, whole_curve, whole_success)
 
 T = 20

@@ -4,7 +4,7 @@ Reads a run with S seeds per prompt, final verdicts and per-image early arrays (
 ``activations/trajectory`` adds the CFG gap). Per category (prompts whose every seed is judged):
 
 * **curves** — random (one seed), whole images judged by the final judge (best of n, n = 1…S), and,
-  for each score, every policy of ``selection.grid`` (best K of N at a step, successive halving):
+  for each score, every policy of ``select.policies.grid`` (best K of N at a step, successive halving):
   ``probe`` (out-of-fold per-image probe), ``x0`` (the x0 preview judged, unfitted: 1 − share of questions
   passed), ``x0-fitted`` (a probe on the preview's per-question answers: same folds, nested C), ``cfg``
   (CFG-Rejection's accumulated CFG gap, its direction read off the training folds; no probe), and, as
@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from ...rundir import RunDir, atomic_write_json, atomic_write_jsonl
+from ...clusters import GroupBootstrap, holm, normal_p
+from ...select.choose import nested
+from ...select.policies import Staged, Whole, grid, on_curve, simulate, whole_curve
 from . import preregistered
-from .budget import nested
-from .clusters import GroupBootstrap, holm, normal_p
 from .risks import Risks, layout
-from .selection import Staged, Whole, grid, on_curve, simulate, whole_curve
 
 BUDGET_IMAGES = (1, 1.5, 1.8, 2, 2.5, 3, 4, 5, 6, 8)  # budgets in whole images' worth of loop iterations
 SCORES = ("probe", "x0", "x0-fitted", "cfg", "rawmaps")  # rawmaps: the binding study's best spatial family (exploration)

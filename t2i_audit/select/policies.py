@@ -10,7 +10,7 @@ have drawn), so a number carries no luck of which seeds came first.
   n and n + 1 images, a seeded coin per prompt: the whole-image curve at any budget.
 * ``Staged(score, n_of, rungs)`` — scan n_of seeds; at each rung ``(loop index, survivors)`` keep the
   survivors with the lowest risk by ``score`` read at that step (ties: the lower sample index, as
-  ``select.choose``); the last survivors are finished; more than one, and the final judge keeps a passing
+  ``rank.Roles``); the last survivors are finished; more than one, and the final judge keeps a passing
   one. One rung is "best K of N at step s"; several are successive halving.
 
 Costs come from ``costs.staged`` / ``costs.whole_images``. Scores are arrays ``(prompts, S)`` of risk
@@ -27,7 +27,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .costs import Cost, staged, whole_images
+from .cost import Cost, staged, whole_images
 
 PREVIEW_SCORES = ("x0", "x0-fitted")  # scores that need an x0 preview decoded and judged per scanned seed
 

@@ -20,36 +20,22 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ...errors import AuditError
-from ...rundir import RunDir, atomic_write_json, read_jsonl
-from .selection import Staged, Whole, WholeMix, policy_from_dict, whole_at
-
-
-def _coin(pid: str, seed: int, t: float) -> bool:
-    return int(hashlib.sha256(f"{pid}:mix:{seed}".encode()).hexdigest()[:12], 16) / 16 ** 12 < t
-
-
-def n_whole(policy, pid: str, seed: int, loop_steps: int, cost: float | None = None) -> int:
-    """Whole images this prompt gets under a whole-image policy (or at ``cost`` iterations for a baseline)."""
-    if cost is not None:
-        policy = WholeMix(cost, loop_steps) if abs(cost / loop_steps - round(cost / loop_steps)) > 1e-9 \
-            else Whole(int(round(cost / loop_steps)))
-    if isinstance(policy, Whole):
-        return policy.n
-    return policy.n + int(_coin(pid, seed, policy.t))
+from ..errors import AuditError
+from ..rundir import RunDir, atomic_write_json, read_jsonl
+from .policies import Staged, Whole, policy_from_dict, whole_at
+from .rank import n_whole
 
 
 def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dict:
     """category → {policy, fell_back, prompts (how many the choice rested on)}."""
-    from ...safeload import read_json
-    from .budget import decide
-    from ...prompts import twin_group
+    from ..prompts import twin_group
+    from ..safeload import read_json
+    from .choose import decide
 
     rd = RunDir(from_run)
     path, summary = rd.probes_dir / "selection_outcomes.jsonl", rd.probes_dir / "selection.json"
@@ -91,11 +77,11 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
 def refit_without(from_run: Path, fitted: dict, records: list[dict], steps: set[int]) -> tuple[dict, int]:
     """early_probes.json's probes refitted on the --from run's images outside the scored prompts' twin groups
     (the prompts are then unseen by the probe); returns (fitted, images left out)."""
-    from ..capture.early import load_early
-    from ..early_stage import image_verdicts
-    from ..fit.linear import onehot_constituents
-    from ..fit.per_image import design, export_probe
-    from ...prompts import twin_group
+    from ..probes.capture.early import load_early
+    from ..probes.early_stage import image_verdicts
+    from ..probes.fit.linear import onehot_constituents
+    from ..probes.fit.per_image import design, export_probe
+    from ..prompts import twin_group
 
     rd = RunDir(from_run)
     arrays, rows, _ = load_early(rd)
@@ -137,9 +123,9 @@ def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loo
               n_boot: int = 1000, seed: int = 0) -> dict:
     """Per category: the policy's success (the final judge picks among its kept images), one random seed's,
     whole images' at the policy's cost; paired differences over twin groups."""
-    from ..early_stage import image_verdicts
-    from .clusters import GroupBootstrap
-    from ...prompts import twin_group
+    from ..clusters import GroupBootstrap
+    from ..probes.early_stage import image_verdicts
+    from ..prompts import twin_group
 
     verdicts, deciding, _ = image_verdicts(rd, records)
     by_id = {p["id"]: p for p in records}
@@ -169,13 +155,15 @@ def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loo
 def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = None, allow_seen: bool = False,
                       holdout: bool = False, progress: bool = True, n_boot: int = 1000) -> dict:
     """The whole ``select --budget`` command. ``seed``: the base seed (None: the first fresh one)."""
-    from ...api import default_run_dir, expand_suites, prepare_run, prompt_digest, score_stage
-    from ...generate import _done_items, load_pipeline, resolve_device
-    from ...models import resolve_model
-    from ...rundir import RunLock, atomic_write_jsonl, claim_output_dir, file_sha256
-    from ..select import load_fitted, resume_argv, scan_settings
+    from ..api import default_run_dir, expand_suites, prepare_run, prompt_digest, score_stage
+    from ..generate import _done_items, load_pipeline, resolve_device
+    from ..models import resolve_model
+    from ..rundir import RunLock, atomic_write_jsonl, claim_output_dir, file_sha256
     from . import freshness
-    from .budget_exec import CHUNK_PROMPTS, Counter, Roles, ScanJournal, Work, run_policies
+    from .command import resume_argv
+    from .execute import CHUNK_PROMPTS, Counter, ScanJournal, Work, run_policies
+    from .rank import Roles
+    from .scan import load_fitted, scan_settings
 
     fitted = load_fitted(from_run)
     src = fitted["settings"]

@@ -21,8 +21,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .clusters import GroupBootstrap
-from .selection import Staged, simulate, whole_at
+from ..clusters import GroupBootstrap
+from .policies import Staged, simulate, whole_at
 
 MARGIN_QUANTILE = 0.05  # one-sided 95 %: a probe policy is kept only when this quantile of its gain is > 0
 

@@ -9,7 +9,7 @@
   finished images (best-of-N by the judge judges all N), or an x0 preview judged during a scan.
 
 ``Cost`` adds up; ``seconds`` turns it into time with per-unit seconds measured on one machine
-(benchmarks/selection_costs.py writes them), so the judge's cost stands beside the iterations it buys.
+(benchmarks/bench_selection_costs.py writes them), so the judge's cost stands beside the iterations it buys.
 """
 
 from __future__ import annotations
@@ -64,3 +64,18 @@ def staged(n_of: int, rungs: list[tuple[int, int]], steps: int, *, continued: bo
         alive, done = keep, step
     finish = steps if not continued else steps - done - 1
     return cost + Cost(iterations=alive * finish, decodes=alive, judge_calls=alive if alive > 1 else 0)
+
+
+def selection_cost(n_of: int, keep: int, step: int, steps: int) -> dict:
+    """What "scan N to loop index s, continue the best K" spends per prompt, counted here,
+    against best-of-N whole images judged by the final judge."""
+    spent, full = staged(n_of, [(step, keep)], steps), whole_images(n_of, steps)
+    scan_cost = n_of * (step + 1)
+    return {"unit": "per prompt: denoiser loop iterations (classifier-free guidance batched: one call each), VAE "
+                    "decodes, judge calls; the random seeds finished beside (--baseline) measure the lift and are "
+                    "not the policy's cost",
+            "scan": scan_cost, "finish": spent.iterations - scan_cost, "selected_total": spent.iterations,
+            "decodes": spent.decodes, "judge_calls": spent.judge_calls,
+            "regenerated_instead": scan_cost + keep * steps,  # what finishing the kept seeds from noise would cost
+            "best_of_n_by_final_judge": full.iterations, "best_of_n": full.as_dict(),
+            "saved_fraction": 1 - spent.iterations / full.iterations}
