@@ -26,6 +26,15 @@ def eval_prompts() -> list[dict]:
     return [scene_record(scene_for([c], [s], rng=rng)) for c, s in ALL_PAIRS]
 
 
+def eval_groups(prompts: list[dict], jobs: list[tuple[int, int]]) -> np.ndarray:
+    """The CV group of every image (prompt index, sample): its prompt's group (``scenes.prompt_groups``; here each
+    of the 24 single-object prompts is its own scene, so a composition is never on both sides of a fold)."""
+    from ..scenes import prompt_groups
+
+    group = prompt_groups(prompts)
+    return np.array([group[i] for i, _ in jobs])
+
+
 def image_seed(prompt_index: int, sample: int) -> int:
     """The same image seed for a prompt/sample in every model."""
     return 7919 * sample + prompt_index
@@ -154,7 +163,7 @@ def evaluate_model(folder: Path, cfg: SweepConfig, coverage: float, seed: int) -
     ok = np.array([prompt_passes(im, prompts[i]) for (i, _), im in zip(jobs, images)])
     y = {"color": np.array([prompts[i]["slots"]["c1"] for i, _ in jobs]),
          "shape": np.array([prompts[i]["slots"]["o1"] for i, _ in jobs])}
-    probes = probe_layers(acts, tags, y, comp, cfg)
+    probes = probe_layers(acts, tags, y, eval_groups(prompts, jobs), cfg)
     per_comp = []
     for c in sorted(set(comp)):
         m = comp == c

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import stats
 from ..errors import AuditError
-from ..prompts import twin_group
+from ..scenes import prompt_groups
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
 from .fit import per_image
 from .capture.early import DEFAULT_FRACTIONS, extract_early_features, load_early
@@ -96,8 +96,8 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
     t0 = time.perf_counter()
     for cat in sorted({str(p.get("category")) for p in recs}):
         idx = np.flatnonzero(labelled & np.array([str(p.get("category")) == cat for p in recs]))
-        # folds and bootstrap clusters: a composition with its swap twin (prompts.twin_group), never split
-        group_of = np.array([twin_group(recs[i]) for i in idx])
+        # folds and bootstrap clusters: prompts showing one scene, and swap twins, never split (scenes.prompt_groups)
+        group_of = np.array(prompt_groups([recs[i] for i in idx]))
         n_groups = len(set(group_of.tolist()))
         if n_groups < 3 or len(np.unique(failed[idx])) < 2:
             out["categories"][cat] = {"skipped": f"{len(idx)} labelled images of {n_groups} twin groups, failure rate "
@@ -144,7 +144,8 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
                                "risk": float(r), "failed": bool(f)} for i, r, f in zip(idx, risk, y)]
                     per_step[fam]["by_failure_type"] = _by_type(idx, ftypes, y, risk, clusters, n_boot, seed)
                     per_step[fam]["selection"] = per_image.selection_lift(
-                        list(clusters), 1 - y, risk, n_of=n_of, keep=keep, n_boot=n_boot, seed=seed)
+                        [rows[i][0] for i in idx], 1 - y, risk, groups=clusters, n_of=n_of, keep=keep,
+                        n_boot=n_boot, seed=seed)
                     exported["categories"][cat][f"t{step:03d}"] = per_image.export_probe(X, y, groups, seed)
             res_cat["steps"][f"t{step:03d}"] = {"iterations": step + 1, "fraction": (step + 1) / meta["loop_steps"],
                                                 "families": per_step}

@@ -5,7 +5,8 @@ Pairing key: the prompt id (stable hash of suite, version, template, slots). Run
 different suites have disjoint ids, so with ``allow_different_suites`` prompts are matched by
 (template, prompt text) instead, and only the shared ones are compared; the page says so.
 An image pair counts only when every run has a verdict for it (flagged/unscored images drop
-out of all runs alike, so rates stay paired).
+out of all runs alike, so rates stay paired). The bootstrap resamples prompt groups
+(``scenes.prompt_groups``: prompts showing one scene, and swap twins, move together), not single prompts.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .. import analysis
 from .. import deciding as rule
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, atomic_write_text, claim_output_dir
+from ..scenes import prompt_groups
 from .html import render, static_assets
 from .tables import choose_scorer, decided_by_category, load_run, write_tables
 from .thumbs import Thumbs
@@ -126,7 +128,8 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
         raise AuditError(f"no image has a verdict in every run from the scorer deciding its category "
                          f"({chosen}); score the runs first")
     p0 = {key: keyed[0][key]["prompt"] for key in shared_keys}
-    pair_df = pd.DataFrame([{"key": key, "sample": s, "prompt": p0[key].get("text"),
+    unit = dict(zip(shared_keys, prompt_groups([p0[key] for key in shared_keys])))  # the bootstrap's clusters
+    pair_df = pd.DataFrame([{"key": key, "unit": unit[key], "sample": s, "prompt": p0[key].get("text"),
                              "category": p0[key].get("category"), "template": p0[key].get("template"),
                              **{f"verdict:{lab}": bool(r["verdict"]) for lab, r in zip(labels, rows)},
                              **{f"prompt_id:{lab}": r["prompt_id"] for lab, r in zip(labels, rows)}}
@@ -139,7 +142,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
     rates, diffs = [], []
     t = 0
     for kind, val, g in groups:
-        per_unit = g.groupby("key")
+        per_unit = g.groupby("unit")
         for lab in labels:
             k, n = int(g[f"verdict:{lab}"].sum()), len(g)
             rate, lo, hi = analysis.wilson(k, n)

@@ -2,19 +2,20 @@
 
 1. **Choice** — per category, from ``probes/selection_outcomes.jsonl`` of the ``--from`` run (written by
    ``select --from RUN --study``): every runnable policy's per-prompt expected success there, restricted to
-   prompts whose twin group is *not* among the prompts scored now, decided by ``budget.decide`` (best mean
-   within B loop iterations; a probe policy only when it clears the margin over whole images, else whole
-   images). The choice never sees the prompts it is scored on.
+   prompts that show none of the scored prompts' scenes nor their twins' (``scenes.shares_a_scene``), decided
+   by ``choose.decide`` (best mean within B loop iterations; a probe policy only when it clears the margin over
+   whole images, else whole images). The choice never sees the prompts it is scored on.
 2. **Seeds** — a fresh base seed by default (``freshness``): no scanned seed is an image of the --from run.
 3. **Run** — per category, in chunks of prompts: a probe policy scans N seeds to its step in the planned
    batches (``early.replay_batch`` with a snapshot, ``continuation.py``), ranks them with the fitted probe
-   (refitted without the scored prompts' twin groups under ``holdout``: unseen prompts), and *continues*
+   (refitted without the scored prompts' scenes and twins under ``holdout``: unseen prompts), and *continues*
    the kept K from their latents. Two baselines on the same prompts, continued from the same scan: one
    random seed, and whole images at the policy's own cost (the first n seeds, n or n + 1 by a seeded coin).
    Whole-image policies generate their n seeds in full. The final judge scores every finished image.
 4. **Summary** — ``selection.json``: per category the policy's success, the random seed's, whole images'
-   at equal cost, the differences with twin-group bootstrap CIs, the cost per prompt in loop iterations /
-   decodes / judge calls (model) beside the denoiser rows counted and the seconds measured.
+   at equal cost, the differences with bootstrap CIs over prompt groups (``scenes.prompt_groups``), the cost
+   per prompt in loop iterations / decodes / judge calls (model) beside the denoiser rows counted and the
+   seconds measured.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from .rank import n_whole
 
 def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dict:
     """category → {policy, fell_back, prompts (how many the choice rested on)}."""
-    from ..prompts import twin_group
     from ..safeload import read_json
+    from ..scenes import prompt_groups, shares_a_scene
     from .choose import decide
 
     rd = RunDir(from_run)
@@ -44,18 +45,19 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
     meta = read_json(summary)
     T, S = int(meta["loop_steps"]), int(meta["seeds_per_prompt"])
     scored_ids = {p["id"] for p in records}
-    scored_groups = {twin_group(p) for p in records}
+    shown_now = shares_a_scene(records)  # a prompt of the --from run showing a scored prompt's scene (or its twin's)
+    fitted_prompts = {p["id"]: p for p in rd.read_prompts()}
     rows = read_jsonl(path, strict=True)
     out = {}
     for cat in sorted({str(p.get("category")) for p in records}):
         mine = [r for r in rows if r["category"] == cat and r["prompt_id"] not in scored_ids
-                and r["group"] not in scored_groups]
+                and r["prompt_id"] in fitted_prompts and not shown_now(fitted_prompts[r["prompt_id"]])]
         pids = sorted({r["prompt_id"] for r in mine})
-        if len({r["group"] for r in mine}) < 5:
+        groups = np.array(prompt_groups([fitted_prompts[p] for p in pids]))
+        if len(set(groups.tolist())) < 5:
             raise AuditError(f"--budget: category {cat!r} has {len(pids)} prompts in the --from run's study outside "
-                             "the prompts scored now; the choice needs prompts it is not scored on (≥ 5 twin groups)")
+                             "the scenes scored now; the choice needs prompts it is not scored on (≥ 5 groups)")
         at = {p: i for i, p in enumerate(pids)}
-        groups = np.array([next(r["group"] for r in mine if r["prompt_id"] == p) for p in pids])
         per: dict = {}
         for r in mine:
             pol = policy_from_dict(r["policy"])
@@ -75,32 +77,33 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
 
 
 def refit_without(from_run: Path, fitted: dict, records: list[dict], steps: set[int]) -> tuple[dict, int]:
-    """early_probes.json's probes refitted on the --from run's images outside the scored prompts' twin groups
-    (the prompts are then unseen by the probe); returns (fitted, images left out)."""
+    """early_probes.json's probes refitted on the --from run's images of prompts that show none of the scored
+    prompts' scenes nor their twins' (the prompts are then unseen by the probe); returns (fitted, images left
+    out)."""
     from ..probes.capture.early import load_early
     from ..probes.early_stage import image_verdicts
     from ..probes.fit.linear import onehot_constituents
     from ..probes.fit.per_image import design, export_probe
-    from ..prompts import twin_group
+    from ..scenes import prompt_groups, shares_a_scene
 
     rd = RunDir(from_run)
     arrays, rows, _ = load_early(rd)
     prompts = {p["id"]: p for p in rd.read_prompts()}
     verdicts, _, _ = image_verdicts(rd, list(prompts.values()))
     out = {**fitted, "categories": {c: dict(v) for c, v in fitted["categories"].items()}}
-    excluded = {twin_group(p) for p in records}
+    shown_now = shares_a_scene(records)
     recs = [prompts[pid] for pid, _ in rows]
     onehot, _ = onehot_constituents(recs, fitted["onehot"])
     left_out = 0
     for cat in out["categories"]:
         idx = np.array([i for i, (p, key) in enumerate(zip(recs, rows)) if str(p.get("category")) == cat
-                        and key in verdicts and twin_group(p) not in excluded])
+                        and key in verdicts and not shown_now(p)])
         left_out += sum(1 for p, key in zip(recs, rows) if str(p.get("category")) == cat and key in verdicts
-                        and twin_group(p) in excluded)
+                        and shown_now(p))
         if len(idx) == 0:
             continue
         y = np.array([not verdicts[rows[i]]["verdict"] for i in idx], dtype=int)
-        g = np.array([twin_group(recs[i]) for i in idx])
+        g = np.array(prompt_groups([recs[i] for i in idx]))
         for step in steps:
             X = design(arrays, step, "probe", idx, onehot[idx])
             out["categories"][cat][f"t{step:03d}"] = export_probe(X, y, g)
@@ -122,10 +125,10 @@ def expected_iterations(rows: list[dict], loop_steps: int) -> float:
 def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loop_steps: int, *,
               n_boot: int = 1000, seed: int = 0) -> dict:
     """Per category: the policy's success (the final judge picks among its kept images), one random seed's,
-    whole images' at the policy's cost; paired differences over twin groups."""
+    whole images' at the policy's cost; paired differences over prompt groups."""
     from ..clusters import GroupBootstrap
     from ..probes.early_stage import image_verdicts
-    from ..prompts import twin_group
+    from ..scenes import prompt_groups
 
     verdicts, deciding, _ = image_verdicts(rd, records)
     by_id = {p["id"]: p for p in records}
@@ -139,7 +142,7 @@ def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loo
                 got = [verdicts.get((pid, r["sample"]), {}).get("verdict") for r in mine if role in r["roles"]]
                 if got and all(v is not None for v in got):
                     vals[role][i] = float(any(got))
-        boot = GroupBootstrap(np.array([twin_group(by_id[p]) for p in pids]), n_boot, seed)
+        boot = GroupBootstrap(np.array(prompt_groups([by_id[p] for p in pids])), n_boot, seed)
         pol = choice["policy"]
         out["categories"][cat] = {
             "policy": pol.name, "spec": pol.as_dict(), "fell_back_to_whole_images": choice["fell_back"],

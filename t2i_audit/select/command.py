@@ -38,25 +38,31 @@ FINISH = "continued from the scan"  # select_identity: how the kept seeds are fi
 
 def selection_summary(rd: RunDir, chosen: list[dict], *, n_of: int, keep: int, step: int, steps: int,
                       n_boot: int = 1000, seed: int = 0) -> dict:
-    """Success of kept vs random images per prompt (deciding scorer), bootstrap CI; the cost."""
+    """Success of kept vs random images per prompt (deciding scorer), bootstrap CI over prompt groups
+    (``scenes.prompt_groups``); the cost."""
     from .. import stats
     from ..probes.early_stage import image_verdicts
+    from ..scenes import prompt_groups
     from .cost import selection_cost
 
-    verdicts, deciding, _ = image_verdicts(rd, rd.read_prompts())
+    prompts = rd.read_prompts()
+    group_of = dict(zip((p["id"] for p in prompts), prompt_groups(prompts)))
+    verdicts, deciding, _ = image_verdicts(rd, prompts)
     ok = lambda r: verdicts.get((r["prompt_id"], r["sample"]), {}).get("verdict")  # noqa: E731
     by: dict[str, dict[str, list]] = {}
     for r in chosen:
         for role in ("kept", "random"):
             if r.get(role) and ok(r) is not None:
                 by.setdefault(r["prompt_id"], {"kept": [], "random": []})[role].append(float(bool(ok(r))))
-    pairs = [(np.mean(v["kept"]), np.mean(v["random"])) for v in by.values() if v["kept"] and v["random"]]
-    kept, rand = (np.array([p[i] for p in pairs]) for i in (0, 1))
+    pairs = [(np.mean(v["kept"]), np.mean(v["random"]), group_of[pid]) for pid, v in by.items()
+             if v["kept"] and v["random"]]
+    kept, rand = (np.array([p[i] for p in pairs], float) for i in (0, 1))
     n_prompts = len({r["prompt_id"] for r in chosen})
     out = {"mode": "fixed", "n_of": n_of, "keep": keep, "loop_step": step, "loop_steps": steps, "labels_from": deciding,
            "cost": {**selection_cost(n_of, keep, step, steps), "prompts": n_prompts}}
     if len(pairs) >= 3:
-        lo, hi = stats.bootstrap_ci(lambda a, b: float(np.mean(a - b)), kept, rand, n_resamples=n_boot, seed=seed)
+        lo, hi = stats.cluster_bootstrap_ci(lambda a, b: float(np.mean(a - b)), kept, rand,
+                                            groups=np.array([p[2] for p in pairs]), n_boot=n_boot, seed=seed)
         out.update({"n_prompts": len(pairs), "kept_success": float(kept.mean()), "random_success": float(rand.mean()),
                     "lift": float((kept - rand).mean()), "ci": [lo, hi]})
     else:

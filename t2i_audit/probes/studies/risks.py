@@ -1,9 +1,9 @@
 """Per-image risks for the selection and binding studies: out-of-fold, on one fold plan, cached.
 
 Rows are a category's images laid out as ``(prompts, seeds)``: only prompts whose every seed has a
-verdict enter, so each policy sees the same seeds. Folds are grouped by **twin group** (a composition
-and its swap twin, ``twin_id``; else the composition), so neither a prompt nor its twin is ever on both
-sides, and the bootstrap resamples the same groups. Fitting is per_image's (``fit_predict`` / ``oof``: one
+verdict enter, so each policy sees the same seeds. Folds are grouped by ``scenes.prompt_groups`` (prompts that
+show one scene, and swap twins, together), so neither a prompt, its twin nor a paraphrase of either is ever on
+both sides, and the bootstrap resamples the same groups. Fitting is per_image's (``fit_predict`` / ``oof``: one
 logistic pipeline, C by an inner grouped CV on the training rows only).
 
 Kinds of risk (lower = the policy prefers the seed):
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...prompts import twin_group
+from ...scenes import prompt_groups
 from ..fit import per_image
 
 
@@ -71,7 +71,7 @@ def layout(category: str, prompts: list[dict], row_of: dict, verdicts: dict, see
 
     mine = [p for p in prompts if str(p.get("category")) == category]
     keep = [p for p in mine if all((p["id"], k) in verdicts and (p["id"], k) in row_of for k in range(seeds))]
-    lay = Layout(category, [p["id"] for p in keep], np.array([twin_group(p) for p in keep]),
+    lay = Layout(category, [p["id"] for p in keep], np.array(prompt_groups(keep)),
                  np.array([[row_of[(p["id"], k)] for k in range(seeds)] for p in keep], dtype=int).reshape(-1, seeds),
                  np.array([[float(bool(verdicts[(p["id"], k)]["verdict"])) for k in range(seeds)] for p in keep],
                           dtype=float).reshape(-1, seeds), dropped=len(mine) - len(keep))
@@ -94,7 +94,7 @@ class Risks:
             return compute()
         folds = self.lay.fold_of_prompt.tolist() if self.lay.fold_of_prompt is not None else None
         key = hashlib.sha1(json.dumps([self.tag, self.lay.category, name, self.seed, parts, self.lay.prompt_ids,
-                                       folds], default=str).encode()).hexdigest()[:16]
+                                       folds, self.lay.groups.tolist()], default=str).encode()).hexdigest()[:16]
         path = Path(self.cache_dir) / f"{self.lay.category}.{name}.{key}.npy"
         if path.exists():
             return np.load(path)
