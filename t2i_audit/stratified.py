@@ -70,7 +70,8 @@ def _within_permutations(strata: np.ndarray, n_perm: int, rng) -> np.ndarray:
 def stratified_spearman(x: Sequence[float], y: Sequence[float], strata: Sequence, clusters: Sequence | None = None,
                         *, n_perm: int = 2000, n_boot: int = 2000, seed: int = 0, confidence: float = 0.95) -> dict:
     """The within-stratum Spearman of ``x`` and ``y`` with its null distribution (shuffles within strata) and a
-    bootstrap CI resampling ``clusters`` (None: single points); per-stratum ρ and the pooled ρ beside it."""
+    bootstrap CI resampling ``clusters`` (None: single points; ``n_boot`` 0: no CI); per-stratum ρ and the pooled ρ
+    beside it."""
     from scipy.stats import spearmanr
 
     x, y = np.asarray(x, float), np.asarray(y, float)
@@ -92,7 +93,8 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float], strata: Sequence
                        "observed_quantile_in_null": _r(float((null < obs).mean())),
                        "null": {"mean": _r(null.mean()), "sd": _r(null.std()),
                                 "q025": _r(np.quantile(null, 0.025)), "q975": _r(np.quantile(null, 0.975))}})
-        within.update(_cluster_ci(x, y, strata, clusters, n_boot, rng, confidence))
+        if n_boot > 0:
+            within.update(_cluster_ci(x, y, strata, clusters, n_boot, rng, confidence))
     out["within"] = within
     out["per_stratum"] = []
     for s in np.unique(strata):

@@ -23,7 +23,11 @@ Design (fixed here before any result was seen):
 * Decodability: a linear probe per (block, step) and constituent (colour, shape), grouped CV by
   composition over all 24 compositions (a held-out composition is never in its probe's
   training fold); reported on the held-out compositions' items, beside chance and a control
-  task (random labels per composition).
+  task (random labels per composition). Since 2026-12-06 (issue 35) it is read from other seeds than
+  the judged images (``decode_samples``), beside a text-encoder-only reference (the conditioning the
+  denoiser receives, same folds) and the same probe on the judged seeds (the earlier designs' reading).
+* The link decodability ↔ success is read WITHIN coverage (both rise with coverage; pooled, the shared
+  trend correlates them): ``stratified.stratified_spearman``, strata = coverage, clusters = compositions.
 * PRE-REGISTERED headline layer: ``HEADLINE`` = the UNet mid block at the middle sampling step.
   The other blocks/steps are exploration, Holm-corrected.
 """
@@ -77,7 +81,10 @@ class SweepConfig:
     text_layers: int = 2
     text_max_length: int = 8              # prompts are 5 tokens; padding to 77 costs ~30 % of a step
     fused_adam: bool = True
-    samples: int = 8                      # images per prompt at evaluation
+    samples: int = 8                      # images per prompt judged at evaluation (seeds of samples 0…samples−1)
+    # images per prompt whose activations give the decodability (samples `samples`…, other seeds): a composition's
+    # decodability is never read from the trajectories whose images are judged (2026-12-06, issue 35)
+    decode_samples: int = 8
     eval_steps: int = 10                  # sampling steps (DDIM trailing)
     guidance: float = 3.0                 # 7 over-saturates these models (recipe log)
     eval_batch: int = 96
@@ -93,7 +100,7 @@ class SweepConfig:
 
 def smoke_sweep_config(**kw) -> SweepConfig:
     base = dict(coverages=(0.5, 1.0), seeds=(0,), widths=(8,), steps=3, batch=4, text_width=16, text_layers=1,
-                samples=2, eval_steps=3, eval_batch=48, n_boot=200, n_perm=200, smoke=True)
+                samples=2, decode_samples=2, eval_steps=3, eval_batch=48, n_boot=200, n_perm=200, smoke=True)
     base.update(kw)
     return SweepConfig(**base)
 

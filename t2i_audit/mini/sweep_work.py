@@ -27,12 +27,13 @@ from .sweep_design import SweepConfig, generator_config, model_jobs, model_name,
 
 WEIGHT_FILES = ("unet/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors",
                 "vae/diffusion_pytorch_model.safetensors")
-EVAL_VERSION = 2  # 2: 16 px-aware grids, control decodability per composition, eval CPU seconds
+EVAL_VERSION = 3  # 2: 16 px-aware grids, control decodability per composition, eval CPU seconds; 3: decodability
+# from other seeds than the judged ones, text-encoder reference, judged seeds' headline decodability (issue 35)
 
 
 def eval_key(cfg: SweepConfig) -> dict:
-    return {"samples": cfg.samples, "eval_steps": cfg.eval_steps, "guidance": cfg.guidance, "size": cfg.size,
-            "n_splits": cfg.n_splits, "prompts": 24, "version": EVAL_VERSION,
+    return {"samples": cfg.samples, "decode_samples": cfg.decode_samples, "eval_steps": cfg.eval_steps,
+            "guidance": cfg.guidance, "size": cfg.size, "n_splits": cfg.n_splits, "prompts": 24, "version": EVAL_VERSION,
             **({"device": cfg.device} if cfg.device != "cpu" else {})}  # GPU kernels give other images
 
 

@@ -255,14 +255,17 @@ def test_shares_a_scene_sees_paraphrases_and_twins_across_prompt_sets():
 PRIMITIVES = {"grouped_folds", "GroupKFold", "GroupBootstrap", "cluster_bootstrap_ci", "paired_bootstrap",
               "auroc_ci", "auroc_diff_ci", "auroc_or_too_few", "control_labels", "decodability_many",
               "failure_prediction_many", "decodability", "failure_prediction", "bootstrap_ci", "oof", "fit_predict",
-              "export_probe", "decide", "nested"}
+              "export_probe", "decide", "nested", "stratified_spearman"}
 MAKERS = {"prompt_groups", "groups_by_id", "shares_a_scene", "layout"}  # what a site's groups come from
 
 # Every function of t2i_audit/ that calls one of PRIMITIVES, and where its groups come from:
 #   "makes"    — it calls one of MAKERS itself (checked below);
 #   "<reason>" — the groups reach it from its caller (a helper), or it groups no prompts (said why).
 SITES = {
-    "mini/sweep_eval.py:probe_layers": "receives eval_groups (makes) from evaluate_model",
+    "mini/sweep_eval.py:probe_arrays": "receives eval_groups (prompt_groups) from evaluate_model",
+    "mini/sweep_link.py:link": "clusters = held-out compositions, each one prompt of eval_prompts (a single object: "
+                               "its own scene, no twin)",
+    "mini/sweep_stats.py:_within": "points are models (the sweep's unit), strata the other axis: no prompts",
     "probes/early_stage.py:study": "makes",
     "probes/early_stage.py:_by_type": "receives study's clusters",
     "probes/early_stage.py:_split_risk": "receives study's groups",
