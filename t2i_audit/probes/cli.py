@@ -233,7 +233,9 @@ def select(
                                "against cost of every policy and reference (probes/selection.json)."),
     binding: bool = typer.Option(False, "--binding", help="With --study: also capture per-head maps, raw slot maps, "
                                  "the CFG gap and x0 colours, and write probes/binding.json (AUROC by step per family)."),
-    bootstrap: int = typer.Option(2000, "--bootstrap", help="With --study: bootstrap resamples (twin groups) for CIs."),
+    bootstrap: int = typer.Option(2000, "--bootstrap", help="With --study: bootstrap resamples (prompt groups) for CIs."),
+    shuffles: int = typer.Option(20, "--shuffles", min=1, help="With --study: label shuffles of the permutation "
+                                 "control (each a probe fit): its null distribution."),
     batch_size: int = typer.Option(4, "--batch-size"),
     device: str = typer.Option("auto", "--device"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
@@ -252,7 +254,7 @@ def select(
         check_claimable(out, "run", command="select")
     _from_folder(from_run, run=True)
     if study:
-        _study(from_run, binding=binding, device=device, quiet=quiet, n_boot=bootstrap)
+        _study(from_run, binding=binding, device=device, quiet=quiet, n_boot=bootstrap, n_perm=shuffles)
         return
     model = model or _run_model(from_run)
     if not model:
@@ -294,7 +296,7 @@ def _expanded(cfg) -> list[dict]:
     return expand_suites(cfg.prompts, cfg.limit, cfg.seed)
 
 
-def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: int = 2000) -> None:
+def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: int = 2000, n_perm: int = 20) -> None:
     from .studies import pareto
 
     # measured by benchmarks/bench_selection_costs.py (seconds per loop iteration, decode, judge call on the
@@ -313,7 +315,8 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
                            progress=not quiet)
         binding_study.run(rd, n_boot=min(n_boot, 1000), progress=not quiet)
         typer.echo(f"binding study written to {rd.probes_dir / 'binding.json'}")
-    res = pareto.run(from_run, n_boot=n_boot, costs_file=costs if costs.exists() else None, progress=not quiet)
+    res = pareto.run(from_run, n_boot=n_boot, costs_file=costs if costs.exists() else None, progress=not quiet,
+                     n_perm=n_perm)
     typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'}")
     for cat, r in res["categories"].items():
         if "skipped" in r:
@@ -327,6 +330,12 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
             typer.echo(f"  {cat} (pre-registered) {h['policy']}: {h['success']['mean']:.3f} at "
                        f"{h['cost']['iterations']:.0f} iterations vs whole images {h['whole_images_at_same_cost']['mean']:.3f}"
                        f": {g['mean']:+.3f} (CI {g['ci'][0]:+.3f}…{g['ci'][1]:+.3f})")
+        for name, reg in (r.get("registered") or {}).items():
+            gs = reg.get("gap_to_whole_at_same_seconds")
+            if gs:
+                typer.echo(f"  {cat} (registered {name}) {reg['policy']}: {reg['success']['mean']:.3f} at "
+                           f"{reg['seconds']:.2f} s vs whole images (oracle) {reg['whole_images_at_same_seconds']['mean']:.3f}"
+                           f" at the same seconds: {gs['mean']:+.3f} (CI {gs['ci'][0]:+.3f}…{gs['ci'][1]:+.3f})")
         for B, b in r["budgets"].items():
             g = b["gap_to_whole"]
             typer.echo(f"  {cat} budget {B}: {b['success']['mean']:.3f} (whole images {b['whole_images_at_same_cost']['mean']:.3f}, "

@@ -8,13 +8,17 @@
 * **judge calls** — one image judged by the deciding scorer: the final judge picking among K > 1
   finished images (best-of-N by the judge judges all N), or an x0 preview judged during a scan.
 
-``Cost`` adds up; ``seconds`` turns it into time with per-unit seconds measured on one machine
-(benchmarks/bench_selection_costs.py writes them), so the judge's cost stands beside the iterations it buys.
+``Cost`` adds up, and keeps where its iterations went: **scan iterations** run with the capture the ranking
+needs (attention maps and pooled blocks for the probe, per-head maps for raw slot maps, the x0 latents for a
+preview; and the snapshot a continuation starts from), **continued iterations** run from a snapshot, the rest
+plain; and **reads** — one risk computed per scanned seed per rung. ``seconds`` turns it into time with per-unit
+seconds measured on one machine in one run (``benchmarks/bench_selection_costs.py``): what the user pays, the
+scan's own work and the judge's included, beside the count of iterations.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Mapping
 
 
@@ -23,19 +27,32 @@ class Cost:
     iterations: float = 0.0
     decodes: float = 0.0
     judge_calls: float = 0.0
+    # where the iterations went (part of ``iterations``), and the probe reads: the breakdown seconds need; two
+    # costs of the same counts compare equal whatever their breakdown
+    scan_iterations: float = field(default=0.0, compare=False)
+    continued_iterations: float = field(default=0.0, compare=False)
+    reads: float = field(default=0.0, compare=False)
 
     def __add__(self, other: "Cost") -> "Cost":
-        return Cost(self.iterations + other.iterations, self.decodes + other.decodes,
-                    self.judge_calls + other.judge_calls)
+        return Cost(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def scaled(self, w: float) -> "Cost":
+        return Cost(*(getattr(self, f.name) * w for f in fields(self)))
 
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def seconds(self, unit: Mapping[str, float]) -> float:
-        """Time per prompt from measured seconds per iteration / decode / judge call (``unit`` keys:
-        ``iteration``, ``decode``, ``judge_call``)."""
-        return (self.iterations * unit["iteration"] + self.decodes * unit["decode"]
-                + self.judge_calls * unit["judge_call"])
+    def seconds(self, unit: Mapping, score: str | None = None, judge: str | None = None) -> float:
+        """Time per prompt from measured seconds per unit (``unit``: ``iteration``, ``decode``, ``judge_call``;
+        optional ``scan_iteration`` {score: s}, ``continued_iteration``, ``read``, ``judge_call_by`` {judge: s}).
+        ``score``: the ranking whose capture the scan iterations carry; ``judge``: who makes the judge calls (None:
+        the final judge). A unit not measured counts as a plain iteration (reads as nothing)."""
+        plain = self.iterations - self.scan_iterations - self.continued_iterations
+        scan = (unit.get("scan_iteration") or {}).get(score, unit["iteration"]) if score else unit["iteration"]
+        judge_s = (unit.get("judge_call_by") or {}).get(judge, unit["judge_call"]) if judge else unit["judge_call"]
+        return (plain * unit["iteration"] + self.scan_iterations * scan
+                + self.continued_iterations * unit.get("continued_iteration", unit["iteration"])
+                + self.reads * unit.get("read", 0.0) + self.decodes * unit["decode"] + self.judge_calls * judge_s)
 
 
 def whole_images(n: int, steps: int) -> Cost:
@@ -58,12 +75,15 @@ def staged(n_of: int, rungs: list[tuple[int, int]], steps: int, *, continued: bo
     for step, keep in rungs:
         if not 1 <= keep <= alive:
             raise ValueError(f"rung at step {step}: keep {keep} of {alive}")
-        cost += Cost(iterations=alive * (step - done))
+        cost += Cost(iterations=alive * (step - done), scan_iterations=alive * (step - done), reads=alive)
         if previews:
             cost += Cost(decodes=alive, judge_calls=alive)
         alive, done = keep, step
-    finish = steps if not continued else steps - done - 1
-    return cost + Cost(iterations=alive * finish, decodes=alive, judge_calls=alive if alive > 1 else 0)
+    if not continued:
+        return cost + Cost(iterations=alive * steps, decodes=alive, judge_calls=alive if alive > 1 else 0)
+    finish = steps - done - 1
+    return cost + Cost(iterations=alive * finish, continued_iterations=alive * finish, decodes=alive,
+                       judge_calls=alive if alive > 1 else 0)
 
 
 def selection_cost(n_of: int, keep: int, step: int, steps: int) -> dict:

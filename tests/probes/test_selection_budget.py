@@ -38,7 +38,7 @@ def fitted(tmp_path_factory, repo_root):
     src = out.parent / "prompts.jsonl"
     src.write_text("".join(json.dumps(p) + "\n" for p in picked))
     cfg = api.make_config(dict(model="mini", prompts=[str(src)], images_per_prompt=4, steps=STEPS,
-                               scorers=["mini-pixel"], stages=["prompts", "generate", "score"], out=str(out),
+                               scorers=["mini-pixel", "mini-judge"], stages=["prompts", "generate", "score"], out=str(out),
                                device="cpu"))
     rd = RunDir(api.run_audit(cfg, progress=False))
     with pytest.MonkeyPatch.context() as mp:  # 8-16 prompts a category are "too few" for a printed AUROC
@@ -47,7 +47,7 @@ def fitted(tmp_path_factory, repo_root):
         run_early_stage(rd, model="mini", fractions=(0.2, 0.5), n_boot=20, progress=False)
     # the command a user runs: the binding capture and study, then the selection study (5 folds, 2,000 resamples)
     res = CliRunner().invoke(app, ["select", "--from", str(rd.root), "--study", "--binding", "--bootstrap", "200",
-                                   "--quiet"])
+                                   "--shuffles", "3", "--quiet"])
     assert res.exit_code == 0, res.output
     rd.study_output = res.output
     return rd
@@ -69,6 +69,17 @@ def test_study_curves_controls_and_runnable_outcomes(fitted):
             assert 0 <= p["success"] <= 1 and p["cost"]["iterations"] > 0
         assert set(r["budgets"]) == {str(b) for b in res["budgets"]}
         assert {"auroc", "lift_over_random"} <= set(r["permutation_control"])
+        null = r["permutation_control"]["null"]  # a null distribution, not one shuffle
+        assert r["permutation_control"]["n_shuffles"] == 3 and 0 <= null["auroc"]["observed_quantile_in_null"] <= 1
+        assert null["auroc"]["p"] in (0.25, 0.5, 0.75, 1.0)  # (1 + k) / (1 + 3)
+        # the oracle named, the non-oracle baseline beside it, seconds on every row (the measured units)
+        assert any(p["oracle"] for p in r["policies"]) and not any(p["oracle"] for p in r["policies"]
+                                                                     if p["family"] != "whole images")
+        assert {p["spec"]["n"] for p in r["policies"] if p["spec"]["kind"] == "whole-judged"
+                and p["spec"]["judge"] == "mini-judge"} == {2, 3, 4}
+        assert all(p["seconds"] > 0 and p["gap_seconds_ci"] is not None for p in r["policies"]
+                   if p["family"] not in ("random",))
+        assert r["frontiers_seconds"] and len(r["whole_images_seconds"]) == 4
         assert "seen prompts" in r["seen_vs_unseen"] and "unseen prompts" in r["seen_vs_unseen"]
     # the headline scans 6 seeds: this run has 4, so it says so instead of a number
     assert "skipped" in res["categories"]["spatial"]["headline"]
@@ -227,9 +238,11 @@ def test_selection_study_renders_in_a_browser(fitted, tmp_path):
     dom = r.stdout
     section = dom[dom.index('id="selection-study"'):]
     section = section[:section.index("</section>")]
-    assert section.count('<svg class="chart pareto"') == len(studied)
-    assert section.count("whole images, best of n by the final judge</title></polyline>") == len(studied)
-    assert section.count("probe (best at each cost)</title></polyline>") == len(studied)
+    # success against loop iterations and against measured seconds, the oracle named on both
+    assert section.count('<svg class="chart pareto"') == 2 * len(studied)
+    assert section.count('aria-label="success against measured seconds per prompt"') == len(studied)
+    assert section.count("whole images, best of n by the final judge (oracle)</title></polyline>") == 2 * len(studied)
+    assert section.count("probe (best at each cost)</title></polyline>") == 2 * len(studied)
     assert section.count('<table class="plain sel-budgets small">') == len(studied)
     assert "Permutation control" in section and "Seen vs unseen prompts" in section
     assert "Pre-registered (2026-12-05" in section

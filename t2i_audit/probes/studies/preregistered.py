@@ -7,7 +7,7 @@ reads spatial layout at 20 % of the steps with AUROC 0.817, best 1 of 4 at 20 % 
 0.275 for one random seed and 0.441 for best of 2 whole images.
 
 Everything else the study reports (other families, steps, policies, categories, budgets) is exploration:
-its p-values are Holm-corrected together (``clusters.holm``) and it is labelled so in selection.json,
+its p-values are Holm-corrected together (``pareto.holm``) and it is labelled so in selection.json,
 the report and the README. Changing this file after the numbers exist voids the headline; the study
 writes this file's sha256 into selection.json so a reader can check it against the commit.
 """
