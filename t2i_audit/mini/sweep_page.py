@@ -102,21 +102,27 @@ def _within(res: dict) -> str:
     return txt + f"; per {escape(res.get('strata', 'stratum'))}: {per}; pooled ρ = {_f(res['pooled']['rho'])} (beside)"
 
 
+def _within_verdict(res: dict, y: str, x: str) -> str:
+    w = res["within"]
+    return verdict({"r": w["rho"], "ci": w.get("ci") or [None, None]}, y, x)
+
+
 def _headline(agg: dict) -> list[str]:
     L = agg["headline_layer"]
     o = ["<h2>Headline (models that fit only)</h2><ul>"]
     for axis in ("coverage", "scale"):
         c = agg[f"heldout_success_vs_{axis}"]
         d = agg[f"decodability_vs_{axis}"]
+        pooled = _corr_text(c["spearman_over_models"], c["spearman_ci_resampling_heldout_compositions"])
         o.append(f"<li><b>Held-out success vs {axis}</b> ({agg['n_models']} models): {_within(c['within'])}. "
-                 f"<i>{escape(verdict({'r': c['within']['within']['rho'], 'ci': c['within']['within'].get('ci') or [None, None]}, 'held-out success', axis))}</i> "
-                 f"<span class='muted'>Pooled: {_corr_text(c['spearman_over_models'], c['spearman_ci_resampling_heldout_compositions'])}.</span></li>")
+                 f"<i>{escape(_within_verdict(c['within'], 'held-out success', axis))}</i> "
+                 f"<span class='muted'>Pooled: {pooled}.</span></li>")
         o.append(f"<li>Held-out decodability (<code>{escape(L)}</code>) vs {axis}: {_within(d['within'])}.</li>")
     link = agg["decodability_success_link"]["readings"]
     den = link["denoiser"]
-    w = den["within"]
     o.append(f"<li><b>Decodability ↔ success per held-out composition, within coverage</b> (<code>{escape(L)}</code>, "
-             f"other seeds than the judged): {_within(den)}. <i>{escape(verdict({'r': w['rho'], 'ci': w.get('ci') or [None, None]}, 'success', 'decodability'))}</i></li>")
+             f"other seeds than the judged): {_within(den)}. "
+             f"<i>{escape(_within_verdict(den, 'success', 'decodability'))}</i></li>")
     names = {"text_encoder": "Text encoder only (what the conditioning already carries)",
              "judged_seeds": "Headline layer read from the judged seeds themselves (the earlier designs' reading)",
              "control": "Control task"}
