@@ -9,8 +9,9 @@
 3. **Run** — per category, in chunks of prompts: a probe policy scans N seeds to its step in the planned
    batches (``early.replay_batch`` with a snapshot, ``continuation.py``), ranks them with the fitted probe
    (refitted without the scored prompts' scenes and twins under ``holdout``: unseen prompts), and *continues*
-   the kept K from their latents. Two baselines on the same prompts, continued from the same scan: one
-   random seed, and whole images at the policy's own cost (the first n seeds, n or n + 1 by a seeded coin).
+   the kept K from their latents. Every scanned seed is continued to the end too, so the baselines are
+   expectations over those seeds, never one draw: one random seed (their mean success), and whole images at the
+   policy's own cost (the expected best of n over every n-subset of them, linear between n and n + 1 images).
    Whole-image policies generate their n seeds in full. The final judge scores every finished image.
 4. **Summary** — ``selection.json``: per category the policy's success, the random seed's, whole images'
    at equal cost, the differences with bootstrap CIs over prompt groups (``scenes.prompt_groups``), the cost
@@ -124,32 +125,43 @@ def expected_iterations(rows: list[dict], loop_steps: int) -> float:
 
 def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loop_steps: int, *,
               n_boot: int = 1000, seed: int = 0) -> dict:
-    """Per category: the policy's success (the final judge picks among its kept images), one random seed's,
-    whole images' at the policy's cost; paired differences over prompt groups."""
+    """Per category: the policy's success (the final judge picks among its kept images); for a probe policy the
+    expected success of one random seed and of whole images at the policy's cost over the scanned seeds, all
+    finished (``whole`` role); paired differences over prompt groups."""
     from ..clusters import GroupBootstrap
     from ..probes.early_stage import image_verdicts
     from ..scenes import prompt_groups
+    from .policies import Staged, on_curve, whole_curve
 
     verdicts, deciding, _ = image_verdicts(rd, records)
     by_id = {p["id"]: p for p in records}
     out: dict = {"labels_from": deciding, "categories": {}}
     for cat, choice in plan.items():
         pids = [p["id"] for p in records if str(p.get("category")) == cat]
+        pol = choice["policy"]
+        cost = pol.cost(loop_steps).iterations
         vals = {role: np.full(len(pids), np.nan) for role in ("kept", "random", "whole")}
         for i, pid in enumerate(pids):
             mine = [r for r in rows if r["prompt_id"] == pid]
-            for role in vals:
-                got = [verdicts.get((pid, r["sample"]), {}).get("verdict") for r in mine if role in r["roles"]]
-                if got and all(v is not None for v in got):
-                    vals[role][i] = float(any(got))
+            got = {role: [verdicts.get((pid, r["sample"]), {}).get("verdict") for r in mine if role in r["roles"]]
+                   for role in vals}
+            for role, v in got.items():
+                if v and all(x is not None for x in v):
+                    vals[role][i] = float(any(v))
+            if isinstance(pol, Staged) and got["whole"] and all(x is not None for x in got["whole"]):
+                ok = np.array([[float(bool(x)) for x in got["whole"]]])  # every scanned seed, finished
+                vals["random"][i] = ok.mean()
+                vals["whole"][i] = on_curve(whole_curve(ok, loop_steps), cost)[0]
         boot = GroupBootstrap(np.array(prompt_groups([by_id[p] for p in pids])), n_boot, seed)
-        pol = choice["policy"]
         out["categories"][cat] = {
             "policy": pol.name, "spec": pol.as_dict(), "fell_back_to_whole_images": choice["fell_back"],
             "chosen_on_prompts": choice["prompts"], "expected_success_there": choice["expected_success_there"],
             "cost_per_prompt": pol.cost(loop_steps).as_dict(),
             "success": boot.summary(vals["kept"]), "random_seed": boot.summary(vals["random"]),
             "whole_images_at_same_cost": boot.summary(vals["whole"]),
+            "baselines": ("expected over every scanned seed, each finished: one random seed = their mean success; "
+                          "whole images = expected best of n over every n-subset (final judge), linear between n "
+                          "and n + 1" if isinstance(pol, Staged) else "the policy is whole images itself"),
             "lift_over_random": boot.summary(vals["kept"] - vals["random"], null=0.0),
             "gap_to_whole": boot.summary(vals["kept"] - vals["whole"], null=0.0)}
     return out

@@ -162,7 +162,20 @@ def test_a_probe_policy_scans_ranks_and_continues(fitted, tmp_path, monkeypatch)
         kept = [r["sample"] for r in mine if "kept" in r["roles"]]
         assert kept == [min(mine[:3], key=lambda r: (r["risk"], r["sample"]))["sample"]]
         assert sum("random" in r["roles"] for r in mine) == 1
-        assert [r["sample"] for r in mine if "whole" in r["roles"]] == [0, 1]  # 8 iterations: 2 whole images
+        assert [r["sample"] for r in mine if "whole" in r["roles"]] == [0, 1, 2]  # every scanned seed finished
+    # the baselines are expectations over the finished seeds, not one draw: best of 2 (8 iterations) over the
+    # 3 pairs of 3 seeds, one random seed = their mean
+    from math import comb
+
+    from t2i_audit.probes.early_stage import image_verdicts
+
+    out = RunDir(tmp_path / "sel")
+    verdicts, _, _ = image_verdicts(out, out.read_prompts())
+    for cat, c in got["categories"].items():
+        pids = [p["id"] for p in out.read_prompts() if str(p.get("category")) == cat]
+        fails = [sum(not verdicts[(pid, k)]["verdict"] for k in range(3)) for pid in pids]
+        assert c["whole_images_at_same_cost"]["mean"] == pytest.approx(np.mean([1 - comb(f, 2) / 3 for f in fails]))
+        assert c["random_seed"]["mean"] == pytest.approx(np.mean([1 - f / 3 for f in fails]))
 
 
 TINY_SUITE = """suite: tiny-budget
