@@ -46,6 +46,7 @@ PEAK_BF16 = 790e12  # dense bf16 FLOP/s of one H200 (benchmarks/gpu.py)
 SECTIONS = [("env", 60), ("build", 150), ("sdxl", 240), ("capture", 90), ("mini", 100), ("compile", 200),
             ("sd35", 200)]
 BUDGET_S = 470  # + ~40 s of install and start-up: one 9-minute call
+TINY_LIMIT_FACTOR = 3
 
 
 def sizes(a) -> dict:
@@ -479,7 +480,9 @@ def main() -> int:
         run_section(a.section, a)
         return 0
     out.parent.mkdir(parents=True, exist_ok=True)
-    limits = dict(SECTIONS)
+    # a section's limit keeps the GPU call inside its 9 minutes; on the tiny twins (CPU, the test suite) it only
+    # guards against a hang, and a CPU shared with other tests (pytest -n) runs a section 2-3x slower
+    limits = {name: s * (TINY_LIMIT_FACTOR if a.tiny else 1) for name, s in SECTIONS}
     result = {"benchmark": "gpu_accept", "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "tiny": a.tiny, "device": a.device, "workload": sizes(a),
               "note": "random weights at the published sizes (tiny twins with --tiny): speed, never quality",
