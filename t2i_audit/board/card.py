@@ -31,20 +31,17 @@ TABLES = {
     "probes": "one row per fitted probe of a run: failure-prediction AUROC with CI and prompt-only baseline, "
               "decodability per slot",
 }
-GALLERY = "gallery"
+GALLERY = "gallery"  # the key of a run's ImageFolder metadata among its files (--images folder)
 
 
 def configs(index: dict) -> list[dict]:
     """YAML ``configs:``: every table, every snapshot as a split, ``latest`` = the last snapshot."""
     out = []
-    names = list(TABLES) + ([GALLERY] if index.get("images") == "folder" else [])
-    for name in names:
+    for name in TABLES:
         files = []
         for snap in index["snapshots"]:
             if name in snap["files"]:
                 paths = [snap["files"][name]["path"]]
-            elif name == GALLERY:
-                paths = [f"{r[GALLERY]['path'].rsplit('/', 1)[0]}/**" for r in snap["runs"] if GALLERY in r]
             else:
                 paths = [r[name]["path"] for r in snap["runs"] if name in r]
             files.append({"split": snap["split"], "path": paths})
@@ -74,7 +71,10 @@ def dataset_card(index: dict, numbers: dict) -> str:
              "```", "", "## Tables", ""]
     lines += [f"- **{name}**: {text}." for name, text in TABLES.items()]
     if index.get("images") == "folder":
-        lines.append(f"- **{GALLERY}**: the images (ImageFolder layout, `images/<run>/`), one row per image.")
+        lines += ["- The images, in ImageFolder layout (`images/<run>/<prompt>_<sample>.png` beside a `metadata.jsonl` "
+                  "holding each image's run, prompt, category, verdict and failure types): "
+                  '`load_dataset("imagefolder", data_dir="images")` from this folder. (One dataset repo reads with one '
+                  "builder, so the images are not a config beside the Parquet tables.)"]
     elif index.get("images") == "embed":
         lines.append("- The `images` table embeds each image (column `image`).")
     lines += ["", f"## Ranked groups (snapshot {latest})", "",

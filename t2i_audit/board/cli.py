@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", "-o", help="The board folder: made new, or extended when it is a board already."),
         refresh: bool = typer.Option(False, "--refresh", help="Read again the runs whose files changed since they were added (all of them, or the RUNs given); otherwise they are named and kept as read."),
         allow_different_suites: bool = typer.Option(False, "--allow-different-suites", help="Rank runs of different suites together, on the prompts they share (matched by template and text); otherwise the suite sets runs apart."),
-        images: Optional[str] = typer.Option(None, "--images", help="none (default) | embed (image bytes in the images table) | folder (ImageFolder layout, config `gallery`); fixed when the board is made."),
+        images: Optional[str] = typer.Option(None, "--images", help="none (default) | embed (image bytes in the images table) | folder (ImageFolder layout under images/, for datasets' imagefolder); fixed when the board is made."),
         title: Optional[str] = typer.Option(None, "--title", help="The board's title (default: the folder's name)."),
         seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the bootstraps (default 0)."),
         push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", metavar="REPO", help="After building, send the board to the Hub dataset repo REPO (huggingface_hub create_repo + upload_folder)."),

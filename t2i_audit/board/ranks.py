@@ -153,7 +153,7 @@ def disagreements(v: pd.DataFrame, run_ids: list[str], limit: int) -> list[dict]
                          aggfunc="first").reindex(columns=run_ids).dropna()
     if wide.empty:
         return []
-    share = wide.astype(bool).astype(float).mean(1)
+    share = wide.astype(bool).astype(float).mean(axis=1)
     split = wide[(share > 0) & (share < 1)]
     order = (share[split.index] - 0.5).abs().sort_values(kind="stable").index[:limit]
     return [{"key": key, "sample": int(sample)} for key, sample in order]

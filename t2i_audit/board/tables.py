@@ -89,7 +89,10 @@ def parquet_bytes(df: pd.DataFrame, schema: pa.Schema) -> bytes:
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
             raise AuditError(f"board table column {f.name}: values do not fit {f.type} ({e})") from None
     buf = io.BytesIO()
-    pq.write_table(pa.Table.from_arrays(arrays, schema=schema), buf)
+    if len(df):
+        pq.write_table(pa.Table.from_arrays(arrays, schema=schema), buf)
+    else:  # no row group at all: datasets' Parquet reader takes an empty row group's 0 rows as its batch size
+        pq.ParquetWriter(buf, schema).close()
     return buf.getvalue()
 
 
