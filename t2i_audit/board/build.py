@@ -18,10 +18,10 @@ from .. import deciding as rule
 from ..cli_checks import require_input
 from ..errors import AuditError
 from ..ownership import check_claimable, claim_output_dir
-from ..rundir import atomic_write_json, atomic_write_text
+from ..rundir import RunLock, atomic_write_json, atomic_write_text
 from . import card, ranks, readers, settings, store, tables
 
-DISAGREE_MAX = 120  # disagreement cards on the page, shared among the groups
+THUMBS_MAX = 480  # images on the page's disagreement cards, shared among the groups (a card shows every run's)
 
 
 @dataclass
@@ -88,15 +88,17 @@ def _write_run_files(out: Path, rid: str, run: readers.RunFiles, mode: str) -> t
     q = tables.question_rows(rid, run)
     embedded = readers.image_bytes(run.root, q) if mode in ("embed", "folder") else None
     im = tables.image_rows(q, run, embedded if mode == "embed" else None)
-    files = {}
+    files, stored = {}, {}
     for name, df, schema in (("questions", q, tables.SCHEMAS["questions"]),
                              ("images", im, tables.image_schema(mode == "embed")),
                              ("probes", tables.probe_rows(rid, run), tables.SCHEMAS["probes"])):
         rel = f"data/{name}/{fid}.parquet"
-        files[name] = {"path": rel, **tables.write_parquet(out / rel, df, schema)}
+        rec, stored[name] = tables.write_parquet(out / rel, df, schema)
+        files[name] = {"path": rel, **rec}
     if mode == "folder":
         files[card.GALLERY] = tables.write_gallery(out, f"images/{fid}", im, embedded)
-    return files, im.drop(columns=["image"], errors="ignore")
+    # the rows as a later build reads them back: one set of numbers, whether a run was added now or before
+    return files, stored["images"].drop(["image"] if mode == "embed" else []).to_pandas()
 
 
 def _decided(im: pd.DataFrame, run_ids: list) -> list[dict]:
@@ -117,14 +119,17 @@ def compute(index: dict, images: dict, *, seed: int) -> dict:
     labels = dict(zip((e["id"] for e in entries), settings.labels(entries)))
     found = settings.groups(entries, allow_different_suites=index["allow_different_suites"])
     out_groups, comparisons = [], []
-    budget = DISAGREE_MAX
+    budget = THUMBS_MAX
+    from ..scorers.registry import load_cards
+
+    cards = load_cards()  # once for every group
     for gi, g in enumerate(found):
         ids = [e["id"] for e in g.entries]
         im = pd.concat([images[i] for i in ids], ignore_index=True)
         cats = sorted({str(c) for c in im["category"].dropna()})
         calib = rule.pool_calibration([e["calibration"] for e in g.entries if isinstance(e.get("calibration"), dict)])
         dec = rule.deciding_scorers([Path(e["path"]) for e in g.entries], cats, decided=_decided(im, ids),
-                                    calibration=calib)
+                                    calibration=calib, cards=cards)
         by_text = len({s for e in g.entries for s in e.get("suites") or []}) > 1
         v = ranks.verdict_frame(im, dec, by_text=by_text)
         keys_of = {}
@@ -146,8 +151,9 @@ def compute(index: dict, images: dict, *, seed: int) -> dict:
             rows.append({"run_id": r, "label": labels[r], "model": settings.subject(e)["model"], "entry": e,
                          "overall": mine.get(ranks.OVERALL) or _empty(),
                          "categories": {c: mine.get(c) or _empty() for c in cats}})
-        dis = ranks.disagreements(v, ids, budget // max(1, len(found) - gi)) if len(ids) > 1 and shared else []
-        budget -= len(dis)
+        limit = budget // max(1, len(found) - gi) // len(ids)
+        dis = ranks.disagreements(v, ids, limit) if len(ids) > 1 and shared else []
+        budget -= len(dis) * len(ids)
         out_groups.append({"name": g.name, "conditions": g.conditions, "judges": g.judges,
                            "conditions_text": card.conditions_text(g.conditions),
                            "apart": settings.differences(g, found[0]) if gi else [], "runs": ids, "rows": rows,
@@ -201,7 +207,9 @@ def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: 
     index = store.validate(readers.read_index(index_path), index_path) if index_path.is_file() else None
     if index is None and not runs:
         raise AuditError(f"--out {out}: a new board needs at least one run (t2i-audit board RUN ... --out {out})")
+    before = index and (index["seed"], index["allow_different_suites"])
     index = _options(index, out, images=images, allow_different_suites=allow_different_suites, title=title, seed=seed)
+    regroup = before != (index["seed"], index["allow_different_suites"])  # other numbers: a new snapshot
     if repo:
         index["repo"] = repo
     _check_board_files(out, index)
@@ -212,7 +220,18 @@ def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: 
         reads.append((e, readers.read_run(path)))
     kept = {e["id"]: readers.read_table(out / e["files"]["images"]["path"], e["files"]["images"]["sha256"])
             for e in index["runs"]}
+    read_as = index_path.read_bytes() if index_path.is_file() else None
     claim_output_dir(out, "board")
+    with RunLock(out):  # one writer at a time (a second `board` on this folder is refused, named)
+        now_as = index_path.read_bytes() if index_path.is_file() else None
+        if now_as != read_as:
+            raise AuditError(f"{index_path}: changed by another `t2i-audit board` while this one read its inputs; "
+                             "nothing was written by this one — run it again")
+        return _write(out, index, reads, kept, already, changed, regroup, progress, t0)
+
+
+def _write(out: Path, index: dict, reads: list, kept: dict, already: list, changed: dict, regroup: bool,
+           progress: bool, t0: float) -> BoardResult:
     now = store.utc_now()
     taken = {e["id"] for e in index["runs"]}
     added, refreshed = [], []
@@ -230,7 +249,7 @@ def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: 
             index["runs"].append(new)
             added.append(rid)
         kept[rid] = im
-    new_snapshot = bool(reads) or not index["snapshots"]
+    new_snapshot = bool(reads) or regroup or not index["snapshots"]
     numbers = compute(index, kept, seed=index["seed"])
     if new_snapshot:
         split = store.split_name(now, {s["split"] for s in index["snapshots"]})
@@ -241,7 +260,7 @@ def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: 
 
     write_published(out, index, numbers, now)
     page = render_page(out, index, numbers, changed, progress=progress)
-    atomic_write_json(index_path, index)
+    atomic_write_json(out / store.INDEX, index)
     _log(progress, f"{len(index['runs'])} runs in {len(numbers['groups'])} group(s); wrote {page}")
     return BoardResult(out, page, index["snapshots"][-1]["split"], new_snapshot, added, refreshed, already, changed,
                        numbers, time.perf_counter() - t0)
@@ -261,5 +280,5 @@ def _write_snapshot_tables(out: Path, split: str, index: dict, numbers: dict, ch
     for name, df in (("runs", run_frame(index, numbers, changed)), ("categories", category_frame(numbers)),
                      ("comparisons", comparison_frame(numbers))):
         rel = f"data/{name}/{split}.parquet"
-        files[name] = {"path": rel, **tables.write_parquet(out / rel, df, tables.SCHEMAS[name])}
+        files[name] = {"path": rel, **tables.write_parquet(out / rel, df, tables.SCHEMAS[name])[0]}
     return files

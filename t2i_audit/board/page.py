@@ -58,30 +58,41 @@ def _comparisons(g: dict, numbers: dict) -> list[dict]:
             for c in numbers["comparisons"] if c["group"] == g["name"]]
 
 
-def _question_texts(out: Path, entries: dict) -> dict:
-    """{(run, prompt, sample, judge): [(question, verdict)]} for the runs that have disagreement cards."""
-    found = {}
-    for rid, e in entries.items():
+def _question_texts(out: Path, wanted: dict) -> dict:
+    """{(run, prompt, sample, judge): [(question, verdict)]} for the images on disagreement cards (``wanted``: run
+    id -> (entry, {(prompt, sample, judge)}))."""
+    found: dict = {}
+    for rid, (e, keys) in wanted.items():
         rec = e["files"]["questions"]
         q = readers.read_table(out / rec["path"], rec["sha256"])
-        for key, part in q.groupby(["prompt_id", "sample", "judge"], sort=False):
-            found[(rid, *key[:2], key[2])] = list(zip(part["question"], part["verdict"]))
+        q = q[q["prompt_id"].isin({k[0] for k in keys})]
+        for pid, s, judge, text, v in zip(q["prompt_id"], q["sample"], q["judge"], q["question"], q["verdict"]):
+            if (pid, int(s), judge) in keys:
+                found.setdefault((rid, pid, int(s), judge), []).append((text, v))
     return found
 
 
-def _cards(g: dict, out: Path, thumbs: Thumbs, questions: dict) -> list[dict]:
+def _card_rows(g: dict) -> dict:
+    """{(key, sample): rows of the group's verdicts for that image, by run} for the disagreement cards."""
     v = g["verdicts"]
+    want = {(d["key"], d["sample"]) for d in g["disagreements"]}
+    picked = v[v["key"].isin({k for k, _ in want})]
+    picked = picked[[(k, int(s)) in want for k, s in zip(picked["key"].tolist(), picked["sample"].tolist())]]
+    return {(k, int(s)): {r["run_id"]: r for r in part.to_dict("records")}
+            for (k, s), part in picked.groupby(["key", "sample"], sort=False)}
+
+
+def _cards(g: dict, rows_of: dict, out: Path, thumbs: Thumbs, questions: dict) -> list[dict]:
     cards = []
     for d in g["disagreements"]:
-        rows = v[(v["key"] == d["key"]) & (v["sample"] == d["sample"])].set_index("run_id")
-        first = rows.iloc[0]
+        rows = rows_of[(d["key"], d["sample"])]
+        first = next(iter(rows.values()))
         cells = []
         for r in g["rows"]:
-            if r["run_id"] not in rows.index:
+            if r["run_id"] not in rows:
                 continue
-            x = rows.loc[r["run_id"]]
-            root = Path(r["entry"]["path"])
-            img = root / str(x["image_path"])
+            x = rows[r["run_id"]]
+            img = Path(r["entry"]["path"]) / str(x["image_path"])
             qs = questions.get((r["run_id"], x["prompt_id"], int(x["sample"]), x["judge"]), [])
             cells.append({"label": r["label"], "verdict": x["image_verdict"], "seed": x["seed"],
                           "failure_types": list(x["failure_types"]) if x["failure_types"] is not None else [],
@@ -111,8 +122,14 @@ def _runs_table(index: dict, numbers: dict, changed: dict) -> dict:
 
 def render_page(out: Path, index: dict, numbers: dict, changed: dict, *, progress: bool = False) -> Path:
     thumbs = Thumbs(out)
-    with_cards = {r["run_id"]: r["entry"] for g in numbers["groups"] if g["disagreements"] for r in g["rows"]}
-    questions = _question_texts(out, with_cards) if with_cards else {}
+    rows_of = {g["name"]: _card_rows(g) for g in numbers["groups"] if g["disagreements"]}
+    wanted: dict = {}
+    for g in numbers["groups"]:
+        for rows in rows_of.get(g["name"], {}).values():
+            for rid, x in rows.items():
+                entry = next(r["entry"] for r in g["rows"] if r["run_id"] == rid)
+                wanted.setdefault(rid, (entry, set()))[1].add((x["prompt_id"], int(x["sample"]), x["judge"]))
+    questions = _question_texts(out, wanted)
     groups, cards = [], []
     for g in numbers["groups"]:
         types = _failure_types(g)
@@ -121,7 +138,7 @@ def render_page(out: Path, index: dict, numbers: dict, changed: dict, *, progres
                        "shared": g["shared"], "by_text": g["by_text"], "n_runs": len(g["rows"]),
                        "deciding": rule.table({c: d for c, d in g["deciding"].items() if c in g["categories"]}),
                        "comparisons": _comparisons(g, numbers)})
-        cards += _cards(g, out, thumbs, questions)
+        cards += _cards(g, rows_of.get(g["name"], {}), out, thumbs, questions)
     thumbs.prune()
     snap = index["snapshots"][-1]
     ctx = {"title": index["title"], "snapshot": snap["split"], "n_runs": len(index["runs"]),

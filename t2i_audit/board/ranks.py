@@ -10,7 +10,8 @@ twin groups, paired differences with Holm's correction. Arrays in, rows out (no 
   runs with a strictly higher rate; the interval is the 2.5–97.5 percentiles of its ranks.
 * Paired differences: where two runs have images of the same prompt, sample and seed, those images are
   paired (``pairing = "prompt+seed"``); runs of other seeds are paired by prompt only (``"prompt"``). Either
-  way the bootstrap resamples twin groups (:func:`t2i_audit.analysis.paired_bootstrap`).
+  way the bootstrap resamples twin groups, every pair of a category on the same resamples
+  (:func:`t2i_audit.analysis.paired_bootstraps`).
 """
 
 from __future__ import annotations
@@ -46,28 +47,62 @@ def shared(v: pd.DataFrame, run_ids: list[str], keys_of: dict) -> tuple[pd.DataF
     return out, sorted(common)
 
 
-def _rate_row(g: pd.DataFrame) -> dict:
-    scored = g[g["image_verdict"].notna()]
-    k, n = int(scored["image_verdict"].astype(bool).sum()), len(scored)
-    rate, lo, hi = analysis.wilson(k, n)
-    failed = scored[~scored["image_verdict"].astype(bool)]
-    counts: dict = {}
-    for types in failed["failure_types"]:
-        for t in list(types) if types is not None and len(types) else ["unspecified"]:
-            counts[t] = counts.get(t, 0) + 1
-    return {"n": n, "k": k, "rate": rate, "lo": lo, "hi": hi, "failed": len(failed),
-            "failures": [{"type": t, "images": c} for t, c in sorted(counts.items())]}
+class Wide:
+    """A group's verdicts as arrays: one row per shared (key, sample), one column per run (NaN: no verdict)."""
+
+    def __init__(self, v: pd.DataFrame, run_ids: list[str]):
+        v = v.assign(_v=v["image_verdict"].astype(float), _s=pd.to_numeric(v["seed"], errors="coerce"))
+        v = v.drop_duplicates(["key", "sample", "run_id"])
+        by = v.set_index(["key", "sample", "run_id"])
+        self.verdict = by["_v"].unstack("run_id").reindex(columns=run_ids)
+        rows = self.verdict.index
+        self.seed = by["_s"].unstack("run_id").reindex(index=rows, columns=run_ids).to_numpy(float)
+        first = v.drop_duplicates(["key", "sample"]).set_index(["key", "sample"]).reindex(rows)
+        self.category = first["category"].astype(str).to_numpy()
+        self.units = sorted(v["unit"].unique().tolist(), key=str)
+        self.unit = pd.Categorical(first["unit"], categories=self.units).codes
+        self.verdict = self.verdict.to_numpy(float)
+
+    def counts(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(successes, scored images) per unit (rows) and run (columns) among the rows in ``mask``."""
+        nu, runs = len(self.units), self.verdict.shape[1]
+        k, n = np.zeros((nu, runs)), np.zeros((nu, runs))
+        for j in range(runs):
+            ok = mask & ~np.isnan(self.verdict[:, j])
+            k[:, j] = np.bincount(self.unit[ok], weights=self.verdict[ok, j], minlength=nu)
+            n[:, j] = np.bincount(self.unit[ok], minlength=nu)
+        return k, n
+
+    def pair_counts(self, mask: np.ndarray, a: int, b: int) -> tuple[tuple, str, int]:
+        """Per-unit (successes, scored) of A and of B for their paired difference: on the images of the same prompt,
+        sample and seed when there are any, else on each run's own images of the shared prompts."""
+        va, vb = self.verdict[:, a], self.verdict[:, b]
+        matched = mask & ~np.isnan(va) & ~np.isnan(vb) & (self.seed[:, a] == self.seed[:, b])
+        nu = len(self.units)
+        if matched.any():
+            ma = mb = matched
+            pairing, images = "prompt+seed", int(matched.sum())
+        else:
+            ma, mb = mask & ~np.isnan(va), mask & ~np.isnan(vb)
+            pairing, images = "prompt", int(ma.sum() + mb.sum())
+        counts = (np.bincount(self.unit[ma], weights=va[ma], minlength=nu), np.bincount(self.unit[ma], minlength=nu),
+                  np.bincount(self.unit[mb], weights=vb[mb], minlength=nu), np.bincount(self.unit[mb], minlength=nu))
+        return counts, pairing, images
 
 
-def _unit_counts(g: pd.DataFrame, run_ids: list[str], units: list) -> tuple[np.ndarray, np.ndarray]:
-    """(successes, scored images) per unit (rows) and run (columns)."""
-    s = g[g["image_verdict"].notna()]
-    if s.empty:
-        return np.zeros((len(units), len(run_ids))), np.zeros((len(units), len(run_ids)))
-    by = s["image_verdict"].astype(bool).astype(int).groupby([s["unit"], s["run_id"]])
-    k = by.sum().unstack(fill_value=0).reindex(index=units, columns=run_ids, fill_value=0)
-    n = by.size().unstack(fill_value=0).reindex(index=units, columns=run_ids, fill_value=0)
-    return k.to_numpy(float), n.to_numpy(float)
+def _failures(v: pd.DataFrame) -> dict:
+    """{(run, category): {failure type: failed images}} (``overall`` too); an image failed without a recorded
+    type counts as ``unspecified``."""
+    failed = v[v["image_verdict"].notna()]
+    failed = failed[~failed["image_verdict"].astype(bool)]
+    types = failed["failure_types"].map(lambda t: list(t) if t is not None and len(t) else ["unspecified"])
+    long = failed[["run_id", "category"]].assign(type=types).explode("type")
+    out: dict = {}
+    for (run, cat, t), c in long.groupby(["run_id", "category", "type"]).size().items():
+        out.setdefault((run, cat), {})[t] = int(c)
+        tot = out.setdefault((run, OVERALL), {})
+        tot[t] = tot.get(t, 0) + int(c)
+    return out
 
 
 def rank_intervals(k: np.ndarray, n: np.ndarray, *, seed: int, n_boot: int = N_BOOT) -> list[tuple]:
@@ -99,42 +134,32 @@ def rank_intervals(k: np.ndarray, n: np.ndarray, *, seed: int, n_boot: int = N_B
     return out
 
 
-def _pair(g: pd.DataFrame, a: str, b: str, units: list, seed: int) -> dict:
-    s = g[g["image_verdict"].notna()]
-    ga, gb = s[s["run_id"] == a], s[s["run_id"] == b]
-    on = ["key", "sample", "seed"]
-    matched = ga.merge(gb[on + ["image_verdict"]], on=on, suffixes=("", "_b"))
-    if len(matched):
-        pairing = "prompt+seed"
-        da = matched.assign(run_id=a)
-        db = matched.assign(run_id=b, image_verdict=matched["image_verdict_b"])
-        both = pd.concat([da, db], ignore_index=True)
-    else:
-        pairing = "prompt"
-        both = pd.concat([ga, gb], ignore_index=True)
-    k, n = _unit_counts(both, [a, b], units)
-    res = analysis.paired_bootstrap(k[:, 0], n[:, 0], k[:, 1], n[:, 1], n_boot=N_BOOT_PAIRED, seed=seed)
-    return {**res, "pairing": pairing, "images": int(len(matched)) if len(matched) else int(len(both))}
-
-
 def group_numbers(v: pd.DataFrame, run_ids: list[str], *, seed: int) -> tuple[list[dict], list[dict]]:
     """(rate rows per run × category incl. overall, comparison rows) of one group; ``v``: :func:`shared`'s rows."""
-    units = sorted(v["unit"].unique().tolist(), key=str)
-    cats = [OVERALL] + sorted(v["category"].dropna().unique().tolist(), key=str)
+    w = Wide(v, run_ids)
+    fails = _failures(v)
+    cats = [OVERALL] + sorted(set(w.category.tolist()), key=str)
     rates, comps = [], []
-    t = 0
     for ci, cat in enumerate(cats):
-        g = v if cat == OVERALL else v[v["category"] == cat]
-        k, n = _unit_counts(g, run_ids, units)
+        mask = np.ones(len(w.category), bool) if cat == OVERALL else w.category == cat
+        k, n = w.counts(mask)
         ranks = rank_intervals(k, n, seed=seed + ci)
         for j, r in enumerate(run_ids):
-            row = _rate_row(g[g["run_id"] == r])
-            rank, lo, hi = ranks[j]
-            rates.append({"run_id": r, "category": cat, **row, "rank": rank, "rank_lo": lo, "rank_hi": hi,
-                          "units": int((n[:, j] > 0).sum())})
-        for a, b in combinations(run_ids, 2):
-            comps.append({"category": cat, "a": a, "b": b, **_pair(g, a, b, units, seed + 10_000 + t)})
-            t += 1
+            kk, nn = int(k[:, j].sum()), int(n[:, j].sum())
+            rate, lo, hi = analysis.wilson(kk, nn)
+            f = fails.get((r, cat), {})
+            rank, rlo, rhi = ranks[j]
+            rates.append({"run_id": r, "category": cat, "n": nn, "k": kk, "rate": rate, "lo": lo, "hi": hi,
+                          "failed": nn - kk, "failures": [{"type": x, "images": c} for x, c in sorted(f.items())],
+                          "rank": rank, "rank_lo": rlo, "rank_hi": rhi, "units": int((n[:, j] > 0).sum())})
+        pairs = list(combinations(range(len(run_ids)), 2))
+        if pairs:  # every pair of this category on the same resamples of units (analysis.paired_bootstraps)
+            found = [w.pair_counts(mask, a, b) for a, b in pairs]
+            arrays = [np.stack([c[0][i] for c in found]) for i in range(4)]
+            res = analysis.paired_bootstraps(*arrays, n_boot=N_BOOT_PAIRED, seed=seed + 10_000 + ci)
+            for (a, b), (_, pairing, images), r in zip(pairs, found, res):
+                comps.append({"category": cat, "a": run_ids[a], "b": run_ids[b], **r, "pairing": pairing,
+                              "images": images})
     return rates, comps
 
 

@@ -79,28 +79,36 @@ def _none(v):
     return v
 
 
-def parquet_bytes(df: pd.DataFrame, schema: pa.Schema) -> bytes:
-    """``df`` as Parquet with exactly ``schema``'s columns and types (an error names a column that does not fit)."""
+def arrow_table(df: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """``df`` with exactly ``schema``'s columns and types (an error names a column that does not fit)."""
     arrays = []
     for f in schema:
-        values = [_none(v) for v in df[f.name].tolist()] if f.name in df else [None] * len(df)
+        col = df[f.name] if f.name in df else pd.Series([None] * len(df), dtype=object)
         try:
-            arrays.append(pa.array(values, type=f.type))
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
-            raise AuditError(f"board table column {f.name}: values do not fit {f.type} ({e})") from None
+            arrays.append(pa.array(col, type=f.type, from_pandas=True))  # NaN / NA / None: null
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            try:  # one value pyarrow will not convert as a column (e.g. a pd.NA in an object column): one by one
+                arrays.append(pa.array([_none(v) for v in col.tolist()], type=f.type))
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as e:
+                raise AuditError(f"board table column {f.name}: values do not fit {f.type} ({e})") from None
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
     buf = io.BytesIO()
-    if len(df):
-        pq.write_table(pa.Table.from_arrays(arrays, schema=schema), buf)
+    if table.num_rows:
+        pq.write_table(table, buf)
     else:  # no row group at all: datasets' Parquet reader takes an empty row group's 0 rows as its batch size
-        pq.ParquetWriter(buf, schema).close()
+        pq.ParquetWriter(buf, table.schema).close()
     return buf.getvalue()
 
 
-def write_parquet(path: Path, df: pd.DataFrame, schema: pa.Schema) -> dict:
-    """Atomically write; returns ``{"path", "sha256", "rows"}`` for the board index."""
-    data = parquet_bytes(df, schema)
+def write_parquet(path: Path, df: pd.DataFrame, schema: pa.Schema) -> tuple[dict, pa.Table]:
+    """Atomically write; returns (``{"sha256", "rows"}`` for the board index, the table as stored)."""
+    table = arrow_table(df, schema)
+    data = parquet_bytes(table)
     atomic_write_bytes(path, data)
-    return {"sha256": hashlib.sha256(data).hexdigest(), "rows": len(df)}
+    return {"sha256": hashlib.sha256(data).hexdigest(), "rows": len(df)}, table
 
 
 # --- per-run rows --------------------------------------------------------------------------------------------
@@ -119,7 +127,7 @@ def question_rows(run_id: str, run) -> pd.DataFrame:
     groups = {pid: twin_group(p) for pid, p in run.prompts.items()}
     base["twin_group"] = base["prompt_id"].map(groups)
     slots = _slots(run.prompts)
-    base["slot"] = [slots.get(k) for k in zip(base["prompt_id"], base["question_id"])]
+    base["slot"] = [slots.get(k) for k in zip(base["prompt_id"].tolist(), base["question_id"].tolist())]
     parts = []
     for name in run.scorers or [None]:
         part = base.copy()
@@ -143,7 +151,8 @@ def image_rows(questions: pd.DataFrame, run, images: dict | None = None) -> pd.D
     im = questions.drop_duplicates(keys)[cols].reset_index(drop=True)
     # a question's `deciding` is the image's: one decider per category
     fails = []
-    for pid, s, judge, v in zip(im["prompt_id"], im["sample"], im["judge"], im["image_verdict"]):
+    for pid, s, judge, v in zip(im["prompt_id"].tolist(), im["sample"].tolist(), im["judge"].tolist(),
+                                im["image_verdict"].tolist()):
         got = (run.failures.get(judge) or {}).get((pid, int(s)), []) if judge else []
         fails.append(got if _none(v) is not None and not bool(v) else [])
     im["failure_types"] = fails

@@ -180,3 +180,24 @@ def test_settings_stay_the_same_for_equal_values_written_differently():
     a = conditions({"config": {**SETTINGS, "guidance": 7}, "suites": ["x@1"]})
     b = conditions({"config": {**SETTINGS, "guidance": 7.0, "device": "cuda", "batch_size": 16}, "suites": ["x@1"]})
     assert a == b and list(a)[:4] == ["steps", "guidance", "size", "dtype"]
+
+
+def test_a_rerender_gives_the_numbers_of_the_build(runs, tmp_path):
+    """The rows of a run just added (in memory) and read back from the board give the same numbers."""
+    from t2i_audit.board import build_board
+
+    first = build_board(tmp_path / "b", [runs["good"], runs["bad"], runs["seed1"]])
+    again = build_board(tmp_path / "b", [])
+    assert first.new_snapshot and not again.new_snapshot and again.snapshot == first.snapshot
+
+    def rows(res):
+        return [(g["name"], r["run_id"], cat, c["n"], c["k"], c["rank"], c["rank_lo"], c["rank_hi"], c["failures"])
+                for g in res.numbers["groups"] for r in g["rows"]
+                for cat, c in [("overall", r["overall"]), *r["categories"].items()]]
+
+    def comps(res):
+        return [(c["a"], c["b"], c["category"], c["diff"], c["lo"], c["hi"], c["p"], c["pairing"])
+                for c in res.numbers["comparisons"]]
+
+    assert rows(first) == rows(again) and comps(first) == comps(again)
+    assert any(f for row in rows(first) for f in row[-1])  # failure types are among what is compared
