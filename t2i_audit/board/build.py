@@ -217,7 +217,16 @@ def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: 
     reads = []
     for e, path in todo:
         _log(progress, f"reading {path}")
-        reads.append((e, readers.read_run(path)))
+        run = readers.read_run(path)
+        moved = next((x for x in index["runs"] if e is None and x["hashes"] == run.hashes), None)
+        if moved is not None:  # the same files under another path: the run was moved, not made again
+            _log(progress, f"{path}: already on the board as {moved['id']} (its files are those read from "
+                           f"{moved['path']}); its path is updated")
+            moved["path"] = str(run.root)
+            already.append(moved["id"])
+            changed.pop(moved["id"], None)
+            continue
+        reads.append((e, run))
     kept = {e["id"]: readers.read_table(out / e["files"]["images"]["path"], e["files"]["images"]["sha256"])
             for e in index["runs"]}
     read_as = index_path.read_bytes() if index_path.is_file() else None

@@ -9,17 +9,16 @@ machine's paths to the runs.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from ..errors import AuditError
+from .store import REPO_ID
 
 SENT = ("README.md", "index.html", "data", "images", "thumbs", "eval_results")
-_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 
 
 def check_repo(repo: str) -> str:
-    if not _REPO.fullmatch(repo or "") or ".." in repo:
+    if not REPO_ID.fullmatch(repo or "") or ".." in repo:
         raise AuditError(f"--push-to-hub {repo!r}: expected a Hub dataset id NAMESPACE/NAME")
     return repo
 

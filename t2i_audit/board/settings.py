@@ -177,5 +177,5 @@ def differences(group: Group, reference: Group) -> list[str]:
         if group.judges[k] != reference.judges[k]:
             out.append(f"judge {k}: {_judge_text(group.judges[k])} ({reference.name}: {_judge_text(reference.judges[k])})")
     if not out and group is not reference:
-        out.append(f"a judge they share differs between runs (see the runs table)")
+        out.append("a judge they share differs between runs (see the runs table)")
     return out

@@ -21,6 +21,7 @@ from ..errors import AuditError
 VERSION = 1
 INDEX = "board.json"
 IMAGE_MODES = ("none", "embed", "folder")
+REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,150}")
 _FILE = re.compile(r"data/[a-z]+/[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.parquet|images/[A-Za-z0-9][A-Za-z0-9._-]{0,200}/metadata\.jsonl")
 
@@ -79,6 +80,8 @@ def validate(index: dict, path: Path) -> dict:
                       ("allow_different_suites", bool)):
         if not isinstance(index.get(key), kind) or (kind is int and isinstance(index.get(key), bool)):
             raise AuditError(f"{path}: {key}: expected {kind.__name__}")
+    if index.get("repo") is not None and not (isinstance(index["repo"], str) and REPO_ID.fullmatch(index["repo"])):
+        raise AuditError(f"{path}: repo: {index['repo']!r} is not a Hub dataset id NAMESPACE/NAME")
     ids = set()
     for i, e in enumerate(index["runs"]):
         where = f"{path}: runs[{i}]"

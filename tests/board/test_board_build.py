@@ -201,3 +201,16 @@ def test_a_rerender_gives_the_numbers_of_the_build(runs, tmp_path):
 
     assert rows(first) == rows(again) and comps(first) == comps(again)
     assert any(f for row in rows(first) for f in row[-1])  # failure types are among what is compared
+
+
+def test_a_moved_run_is_recognised_by_its_files(own_runs, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "board"
+    assert invoke(["board", own_runs["good"], own_runs["bad"], "--out", out, "-q"], monkeypatch, capsys)[0] == 0
+    moved = own_runs["bad"].rename(tmp_path / "elsewhere")
+    code, stdout, _ = invoke(["board", "--out", out], monkeypatch, capsys)
+    assert code == 0 and f"changed since added: bad: {own_runs['bad']} (folder not found)" in stdout
+    code, stdout, _ = invoke(["board", moved, "--out", out], monkeypatch, capsys)
+    assert code == 0 and "already on the board: bad" in stdout and "changed since" not in stdout
+    index = _index(out)
+    assert [e["id"] for e in index["runs"]] == ["good", "bad"] and index["runs"][1]["path"] == str(moved.resolve())
+    assert len(index["snapshots"]) == 1  # nothing new was read
