@@ -70,16 +70,15 @@ def _check_board_files(out: Path, index: dict) -> None:
             readers.check_file(out / rec["path"], rec["sha256"])
 
 
-def _entry(rid: str, run: readers.RunFiles, now: str, files: dict) -> dict:
+def _entry(out: Path, rid: str, run: readers.RunFiles, now: str, files: dict) -> dict:
     suites = sorted({f"{p.get('suite')}@{p.get('suite_version')}" for p in run.prompts.values()})
-    report = run.root / "report" / "index.html"
-    return {"id": rid, "file_id": store.file_id(rid, run.hashes), "path": str(run.root), "folder": run.root.name,
+    return {"id": rid, "file_id": store.file_id(rid, run.hashes), "path": store.relative_path(out, run.root),
+            "folder": run.root.name,
             "added_utc": now, "hashes": run.hashes, "files": files,
             "config": {k: v for k, v in run.config.items() if k != "out"},
             "model": {k: run.manifest.get("model", {}).get(k) for k in ("name", "repo", "revision", "pipeline", "call")}
             if isinstance(run.manifest.get("model"), dict) else {"name": run.manifest.get("model")},
-            "suites": suites, "judges": run.judges, "calibration": run.calibration,
-            "report": str(report) if report.is_file() else None, "scorers": run.scorers,
+            "suites": suites, "judges": run.judges, "calibration": run.calibration, "scorers": run.scorers,
             "images": int(len(run.results[["prompt_id", "sample"]].drop_duplicates())) if len(run.results) else 0}
 
 
@@ -168,10 +167,10 @@ def _empty() -> dict:
             "failures": [], "rank": None, "rank_lo": None, "rank_hi": None, "units": 0}
 
 
-def _gather(given, index: dict, refresh: bool) -> tuple[list, list, dict]:
+def _gather(out: Path, given, index: dict, refresh: bool) -> tuple[list, list, dict]:
     """(runs to read: (entry or None, path), run ids given that are on the board unchanged, changed runs)."""
-    by_path = {e["path"]: e for e in index["runs"]}
-    changed = {e["id"]: readers.changed_files(Path(e["path"]), e["hashes"]) for e in index["runs"]}
+    by_path = {str(store.run_root(out, e)): e for e in index["runs"]}
+    changed = {e["id"]: readers.changed_files(store.run_root(out, e), e["hashes"]) for e in index["runs"]}
     changed = {k: v for k, v in changed.items() if v}
     todo, already, seen = [], [], set()
     for r in given:
@@ -188,8 +187,9 @@ def _gather(given, index: dict, refresh: bool) -> tuple[list, list, dict]:
             already.append(e["id"])
     if refresh:
         for e in index["runs"]:
-            if e["id"] in changed and Path(e["path"]).is_dir() and e["path"] not in seen:
-                todo.append((e, Path(e["path"])))
+            root = store.run_root(out, e)
+            if e["id"] in changed and root.is_dir() and str(root) not in seen:
+                todo.append((e, root))
     return todo, already, changed
 
 
@@ -213,7 +213,7 @@ def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: 
     if repo:
         index["repo"] = repo
     _check_board_files(out, index)
-    todo, already, changed = _gather(runs, index, refresh)
+    todo, already, changed = _gather(out, runs, index, refresh)
     reads = []
     for e, path in todo:
         _log(progress, f"reading {path}")
@@ -221,8 +221,8 @@ def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: 
         moved = next((x for x in index["runs"] if e is None and x["hashes"] == run.hashes), None)
         if moved is not None:  # the same files under another path: the run was moved, not made again
             _log(progress, f"{path}: already on the board as {moved['id']} (its files are those read from "
-                           f"{moved['path']}); its path is updated")
-            moved["path"] = str(run.root)
+                           f"{store.run_root(out, moved)}); its path is updated")
+            moved["path"] = store.relative_path(out, run.root)
             already.append(moved["id"])
             changed.pop(moved["id"], None)
             continue
@@ -248,7 +248,7 @@ def _write(out: Path, index: dict, reads: list, kept: dict, already: list, chang
         rid = e["id"] if e else store.run_id(run.root.name, taken)
         taken.add(rid)
         files, im = _write_run_files(out, rid, run, index["images"])
-        new = _entry(rid, run, e["added_utc"] if e else now.isoformat(), files)
+        new = _entry(out, rid, run, e["added_utc"] if e else now.isoformat(), files)
         if e:
             new["refreshed_utc"] = now.isoformat()
             index["runs"][index["runs"].index(e)] = new

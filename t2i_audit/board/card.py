@@ -87,14 +87,17 @@ def dataset_card(index: dict, numbers: dict) -> str:
         if g.get("apart"):
             lines += [f"Set apart from {numbers['groups'][0]['name']}: {_md('; '.join(g['apart']))}.", ""]
         lines += ["| rank [95% interval] | run | success [95% CI] | images |", "|---|---|---|---|"]
-        for r in g["rows"]:
+        for r in sorted(g["rows"], key=lambda r: (r["overall"]["rank"] is None, r["overall"]["rank"] or 0)):
             o = r["overall"]
             rank = "—" if o["rank"] is None else f"{o['rank']} [{o['rank_lo']}–{o['rank_hi']}]"
             rate = "—" if o["n"] == 0 else f"{o['rate']:.1%} [{o['lo']:.1%}, {o['hi']:.1%}]"
             lines.append(f"| {rank} | {_md(r['label'])} | {rate} | {o['n']} |")
         lines.append("")
+    where = ("`eval_results/<model>/.eval_results/*.yaml` holds" if index.get("repo") else
+             "Once the board has a Hub repo (`t2i-audit board --out BOARD --push-to-hub REPO`, with `--dry-run` to "
+             "prepare it without sending), `eval_results/<model>/.eval_results/*.yaml` holds")
     lines += ["## Evaluation results for model repos", "",
-              "`eval_results/<model>/.eval_results/*.yaml` holds each run's results in the Hub's format "
+              f"{where} each run's results in the Hub's format "
               "(https://huggingface.co/docs/hub/eval-results), one entry per category (`task_id`). Copy a model's "
               "folder into its model repo (or open a pull request with it): the results show on the model page and "
               "the leaderboard once this dataset is registered as a benchmark on the Hub (an `eval.yaml` and the "

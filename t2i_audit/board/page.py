@@ -18,7 +18,7 @@ from ..report import charts
 from ..report.html import render, static_assets
 from ..report.thumbs import Thumbs
 from ..rundir import atomic_write_text
-from . import readers, settings
+from . import readers, settings, store
 from .ranks import N_BOOT
 
 
@@ -42,10 +42,10 @@ def _group_rows(g: dict, out: Path, types: list[str]) -> list[dict]:
     rows = []
     for r in sorted(g["rows"], key=lambda r: (r["overall"]["rank"] is None, r["overall"]["rank"] or 0)):
         e, o = r["entry"], r["overall"]
-        report = Path(e["report"]) if e.get("report") else None
+        report = store.run_root(out, e) / "report" / "index.html"
         counts = {f["type"]: f["images"] for f in o["failures"]}
         rows.append({"run_id": r["run_id"], "label": r["label"], "folder": e.get("folder"),
-                     "href": _rel(report, out) if report and report.is_file() else None,
+                     "href": _rel(report, out) if report.is_file() else None,
                      "overall": _cell(o), "cats": [_cell(r["categories"][c]) for c in g["categories"]],
                      "fails": [{"type": t, "n": counts.get(t, 0),
                                 "share": counts.get(t, 0) / o["n"] if o["n"] else 0.0} for t in types]})
@@ -92,7 +92,7 @@ def _cards(g: dict, rows_of: dict, out: Path, thumbs: Thumbs, questions: dict) -
             if r["run_id"] not in rows:
                 continue
             x = rows[r["run_id"]]
-            img = Path(r["entry"]["path"]) / str(x["image_path"])
+            img = store.run_root(out, r["entry"]) / str(x["image_path"])
             qs = questions.get((r["run_id"], x["prompt_id"], int(x["sample"]), x["judge"]), [])
             cells.append({"label": r["label"], "verdict": x["image_verdict"], "seed": x["seed"],
                           "failure_types": list(x["failure_types"]) if x["failure_types"] is not None else [],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -55,6 +56,16 @@ def file_id(rid: str, hashes: dict) -> str:
     for the snapshots that list them."""
     digest = hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:10]
     return f"{rid}__{digest}"
+
+
+def run_root(board: Path, entry: dict) -> Path:
+    """A run's folder: its path is kept relative to the board, so that a board moved (or committed) together
+    with its runs still finds them."""
+    return (Path(board) / entry["path"]).resolve()
+
+
+def relative_path(board: Path, root: Path) -> str:
+    return Path(os.path.relpath(Path(root).resolve(), Path(board).resolve())).as_posix()
 
 
 def new_index(*, title: str, images: str, allow_different_suites: bool, seed: int) -> dict:
