@@ -73,6 +73,24 @@ def new_index(*, title: str, images: str, allow_different_suites: bool, seed: in
             "allow_different_suites": allow_different_suites, "seed": seed, "repo": None, "runs": [], "snapshots": []}
 
 
+# what a run's entry holds (build._entry) and what later builds read of it, with its type
+ENTRY_KEYS = {"path": str, "file_id": str, "folder": str, "added_utc": str, "hashes": dict, "files": dict,
+              "config": dict, "model": dict, "suites": list, "judges": dict, "scorers": list, "images": int,
+              "calibration": (dict, type(None))}
+
+
+def _calibration_ok(report, where: str) -> None:
+    """A run's calibration report as the board stored it must pool (t2i_audit.deciding reads it)."""
+    if report is None:
+        return
+    from ..deciding import pool_calibration
+
+    try:
+        pool_calibration([report])
+    except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        raise AuditError(f"{where}: not a calibration report t2i-audit calibrate writes; restore board.json") from None
+
+
 def _file_ok(rec, where: str) -> None:
     if not (isinstance(rec, dict) and isinstance(rec.get("path"), str) and _FILE.fullmatch(rec["path"])
             and isinstance(rec.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", rec["sha256"])):
@@ -101,9 +119,22 @@ def validate(index: dict, path: Path) -> dict:
         if e["id"] in ids:
             raise AuditError(f"{where}: run id {e['id']} twice")
         ids.add(e["id"])
-        if not isinstance(e.get("path"), str) or not isinstance(e.get("hashes"), dict) \
-                or not isinstance(e.get("files"), dict) or not isinstance(e.get("file_id"), str):
-            raise AuditError(f"{where}: lacks path, hashes, files or file_id")
+        for key, kind in ENTRY_KEYS.items():
+            if not isinstance(e.get(key), kind) or isinstance(e.get(key), bool) and kind is not bool:
+                raise AuditError(f"{where}.{key}: expected {getattr(kind, '__name__', 'a value of another type')}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in e["hashes"].items()):
+            raise AuditError(f"{where}.hashes: expected file -> sha256")
+        if not all(isinstance(j, dict) for j in e["judges"].values()) or \
+                not all(isinstance(x, str) for x in e["suites"] + e["scorers"]):
+            raise AuditError(f"{where}: judges, suites or scorers of another shape than this board writes")
+        for name, j in e["judges"].items():
+            if set(j) - {"model", "revision", "protocol"} or not all(v is None or isinstance(v, str) for v in j.values()):
+                raise AuditError(f"{where}.judges.{name}: expected model, revision and protocol as text")
+        if not isinstance(e["model"].get("call") or {}, dict):
+            raise AuditError(f"{where}.model.call: expected a mapping")
+        _calibration_ok(e["calibration"], f"{where}.calibration")
+        if e["files"].keys() - {"questions", "images", "probes", "gallery"} or "images" not in e["files"]:
+            raise AuditError(f"{where}.files: not the tables this board writes")
         for name, rec in e["files"].items():
             _file_ok(rec, f"{where}.files.{name}")
     splits = set()

@@ -6,6 +6,8 @@ import shutil
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from boardkit import PROMPTS, invoke, reported_run, snapshot
 from synth import make_prompts
@@ -157,3 +159,48 @@ def test_a_new_board_needs_a_run(tmp_path, monkeypatch, capsys):
     code, _, err = invoke(["board", "--out", tmp_path / "b"], monkeypatch, capsys)
     _refused(code, err, "a new board needs at least one run")
     assert not (tmp_path / "b").exists()
+
+
+def _paths(value, at=()):
+    """Every key path of a JSON value (dicts and lists)."""
+    yield at
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, at + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, at + (i,))
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-3, 10**12) | st.floats(allow_nan=True) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                    max_leaves=6)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_edit_of_the_index_is_refused_with_its_place_or_read_never_a_traceback(built, data):
+    """Property: whatever value replaces whatever part of board.json, a build either works or stops with an
+    AuditError naming board.json (nothing written then); no other exception reaches the user."""
+    import copy
+
+    from t2i_audit.board import build_board
+    from t2i_audit.errors import AuditError
+
+    path = built / "board.json"
+    pristine = json.loads(path.read_text())
+    where = data.draw(st.sampled_from([p for p in _paths(pristine) if p]))
+    edited = copy.deepcopy(pristine)
+    node = edited
+    for k in where[:-1]:
+        node = node[k]
+    node[where[-1]] = data.draw(JSON)
+    path.write_text(json.dumps(edited))
+    before = snapshot(built)
+    try:
+        build_board(built, [])
+    except AuditError as e:
+        assert str(path) in str(e) or "board.json" in str(e) or str(built) in str(e), str(e)
+        assert snapshot(built) == before
+    finally:
+        path.write_text(json.dumps(pristine))
