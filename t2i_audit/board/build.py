@@ -20,6 +20,8 @@ from ..errors import AuditError
 from ..ownership import check_claimable, claim_output_dir
 from ..rundir import RunLock, atomic_write_json, atomic_write_text
 from . import card, ranks, readers, settings, store, tables
+from .page import render_page
+from .snapshot import category_frame, comparison_frame, run_frame
 
 THUMBS_MAX = 480  # images on the page's disagreement cards, shared among the groups (a card shows every run's)
 
@@ -265,8 +267,6 @@ def _write(out: Path, index: dict, reads: list, kept: dict, already: list, chang
         snap = {"split": split, "utc": now.isoformat(), "runs": [store.entry_files(e) for e in index["runs"]],
                 "files": _write_snapshot_tables(out, split, index, numbers, changed)}
         index["snapshots"].append(snap)
-    from .page import render_page
-
     write_published(out, index, numbers, now)
     page = render_page(out, index, numbers, changed, progress=progress)
     atomic_write_json(out / store.INDEX, index)
@@ -283,8 +283,6 @@ def write_published(out: Path, index: dict, numbers: dict, now) -> None:
 
 
 def _write_snapshot_tables(out: Path, split: str, index: dict, numbers: dict, changed: dict) -> dict:
-    from .snapshot import category_frame, comparison_frame, run_frame
-
     files = {}
     for name, df in (("runs", run_frame(index, numbers, changed)), ("categories", category_frame(numbers)),
                      ("comparisons", comparison_frame(numbers))):
