@@ -120,15 +120,22 @@ def _root(run) -> Path:
 def calibration_evidence(run_dirs: Iterable) -> dict:
     """{scorer: {category: {accuracy, kappa, n, level, runs}}} pooled over the runs' stored
     ``calibration/report.json`` (n-weighted means; a κ pooled this way is an approximation)."""
-    pooled: dict = {}
+    reports = []
     for run in run_dirs:
         path = _root(run) / "calibration" / "report.json"
         if not path.exists():
             continue
         try:
-            rep = json.loads(path.read_text())
+            reports.append(json.loads(path.read_text()))
         except json.JSONDecodeError:
             continue  # a torn/corrupt report is no evidence; calibrate rewrites it atomically
+    return pool_calibration(reports)
+
+
+def pool_calibration(reports: Iterable[Mapping]) -> dict:
+    """:func:`calibration_evidence` from calibration reports already read (the board keeps each run's)."""
+    pooled: dict = {}
+    for rep in reports:
         for name, entry in (rep.get("scorers") or {}).items():
             levels = entry.get("levels") or {}
             cats = set(levels.get("prompt") or {}) | set(levels.get("question") or {})
@@ -221,13 +228,14 @@ def decided_counts(run_dir) -> dict:
 # --- the rule ---------------------------------------------------------------------------------
 def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
                      decided: list[Mapping] | None = None, cards: Mapping | None = None,
-                     defaults: Mapping | None = None) -> dict:
+                     defaults: Mapping | None = None, calibration: Mapping | None = None) -> dict:
     """``{category: {"scorer", "why", "agreement", "source", "excluded", "candidates"}}``.
 
     ``run_dirs``: one run (report, probe) or several (compare: the union of their calibration
     evidence; a scorer is a candidate only where it gave verdicts on the category in every run).
     ``decided``: per run ``{scorer: {category: verdicts}}`` (read from scores/ when omitted).
-    ``cards``: the registry's cards (loaded when omitted). ``scorer`` is None where every
+    ``cards``: the registry's cards (loaded when omitted). ``calibration``: the runs' pooled calibration
+    evidence (:func:`pool_calibration`; read from the run folders when omitted). ``scorer`` is None where every
     candidate is at chance or no scorer gave a verdict; ``why`` says which.
     """
     runs = list(run_dirs) if isinstance(run_dirs, (list, tuple)) else [run_dirs]
@@ -244,7 +252,7 @@ def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
             defaults[c] = category_default(c, cards)
     if categories is None:
         categories = {c for d in decided for s in d.values() for c in s}
-    calib = calibration_evidence(runs)
+    calib = calibration_evidence(runs) if calibration is None else calibration
     source_calib = SOURCE_RUN if len(runs) == 1 else SOURCE_RUNS
     out = {}
     for cat in sorted(categories, key=lambda c: str(c)):

@@ -44,6 +44,7 @@ WRITERS: dict[str, tuple[str, ...]] = {
     "mini-generator": ("mini train-generator",),
     "mini-samples": ("mini train-generator",),
     "sweep": ("mini sweep",),
+    "board": ("board",),
 }
 
 

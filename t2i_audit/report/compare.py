@@ -22,6 +22,7 @@ import pandas as pd
 from .. import analysis
 from .. import deciding as rule
 from ..errors import AuditError
+from ..prompts import twin_group
 from ..rundir import RunDir, atomic_write_json, atomic_write_text, claim_output_dir
 from .html import render, static_assets
 from .tables import choose_scorer, decided_by_category, load_run, write_tables
@@ -92,6 +93,13 @@ def _keyed(run, by_text: bool) -> dict:
 
 def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
             scorer: str | None = None, seed: int = 0) -> Path:
+    return compare_with_summary(run_dirs, out_dir, allow_different_suites=allow_different_suites,
+                                scorer=scorer, seed=seed)[0]
+
+
+def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
+                         scorer: str | None = None, seed: int = 0) -> tuple[Path, dict]:
+    """:func:`compare`, returning (page, what compare.json holds)."""
     if len(run_dirs) < 2:
         raise AuditError(f"compare needs at least two runs, got {len(run_dirs)}")
     run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
@@ -126,7 +134,8 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
         raise AuditError(f"no image has a verdict in every run from the scorer deciding its category "
                          f"({chosen}); score the runs first")
     p0 = {key: keyed[0][key]["prompt"] for key in shared_keys}
-    pair_df = pd.DataFrame([{"key": key, "sample": s, "prompt": p0[key].get("text"),
+    # the bootstrap unit: a prompt with its swap twin (t2i_audit.prompts.twin_group), never half of the pair
+    pair_df = pd.DataFrame([{"key": key, "unit": twin_group(p0[key]), "sample": s, "prompt": p0[key].get("text"),
                              "category": p0[key].get("category"), "template": p0[key].get("template"),
                              **{f"verdict:{lab}": bool(r["verdict"]) for lab, r in zip(labels, rows)},
                              **{f"prompt_id:{lab}": r["prompt_id"] for lab, r in zip(labels, rows)}}
@@ -139,7 +148,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
     rates, diffs = [], []
     t = 0
     for kind, val, g in groups:
-        per_unit = g.groupby("key")
+        per_unit = g.groupby("unit")
         for lab in labels:
             k, n = int(g[f"verdict:{lab}"].sum()), len(g)
             rate, lo, hi = analysis.wilson(k, n)
@@ -211,8 +220,14 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
                "paired_images": len(pairs), "disagreements": len(disagree),
                "correction": "holm", "alpha": ALPHA, "n_boot": N_BOOT, "seed": seed,
                "ranking": [{k: r[k] for k in ("rank", "model", "rate", "lo", "hi", "n", "wins", "losses")} for r in ranking],
-               "differences": [d for d in diffs if d["group"] == "overall"], "tables": tables,
+               "differences": [d for d in diffs if d["group"] == "overall"],
+               "by_category": [d for d in diffs if d["group"] == "category"],
+               "category_rates": {str(r["value"]): {} for r in rates if r["group"] == "category"},
+               "tables": tables,
                "note": note}
+    for r in rates:
+        if r["group"] == "category":
+            summary["category_rates"][str(r["value"])][r["model"]] = {k: r[k] for k in ("n", "k", "rate", "lo", "hi")}
     atomic_write_json(out / "compare.json", summary)
     used = set(pair_df["category"])
     ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note, "protocols": protocols,
@@ -227,7 +242,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
            "alpha": ALPHA, "n_boot": N_BOOT, **static_assets()}
     page = out / "index.html"
     atomic_write_text(page, render("compare.html.j2", ctx))  # modes follow the umask (rundir)
-    return page
+    return page, summary
 
 
 def _protocol_names(runs) -> dict:
@@ -256,3 +271,14 @@ def _rows(groups, rates, diffs, labels) -> list[dict]:
 
 def read_compare(out_dir) -> dict:
     return json.loads((Path(out_dir) / "compare.json").read_text())
+
+
+def regressions(summary: dict, max_drop: float) -> list[dict]:
+    """The categories where the second run (CANDIDATE) falls below the first (BASE) by more than ``max_drop`` with a
+    95% CI of the drop that excludes 0 (the rule `t2i-audit compare --help` states, report/cli.py GATE_RULE)."""
+    base, cand = summary["models"][:2]
+    out = []
+    for d in summary["by_category"]:
+        if (d["a"], d["b"]) == (base, cand) and np.isfinite(d["diff"]) and d["diff"] > max_drop and d["lo"] > 0:
+            out.append(d)
+    return out

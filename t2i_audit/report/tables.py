@@ -25,6 +25,7 @@ class ScorerData:
     questions: dict = field(default_factory=dict)   # (pid, sample, qid) -> (verdict, value)
     prompts: dict = field(default_factory=dict)     # (pid, sample) -> (verdict, failures)
     model: str = ""
+    identities: set = field(default_factory=set)    # {(scorer_model, scorer_revision, judge protocol)} seen
 
 
 @dataclass
@@ -80,6 +81,9 @@ def read_scorer(path: Path, shas: dict) -> ScorerData:
         if sha and shas.get(key) and sha != shas[key]:
             continue  # scored an older version of this image
         sd.model = sd.model or str(r.get("scorer_model") or "")
+        extra = r.get("extra") if isinstance(r.get("extra"), dict) else {}
+        sd.identities.add((str(r.get("scorer_model") or ""), str(r.get("scorer_revision") or ""),
+                           str(extra.get("protocol") or "")))
         if kind == "prompt":
             sd.prompts[key] = (r.get("verdict"), r.get("failures") or [])
         elif kind == "question" and r.get("question_id") is not None:

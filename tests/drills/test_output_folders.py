@@ -283,6 +283,7 @@ def _writer_argv(command: str, out: Path, world: dict) -> list:
                        "--at", "0.5", "--seed", "1", "--device", "cpu", "--quiet"],
             "report": ["report", world["good"], "-q"],
             "compare": ["compare", world["good"], world["bad"]],
+            "board": ["board", world["good"], "-q"],
             "mini train-judge": ["mini", "train-judge", "--smoke"],
             "mini train-generator": ["mini", "train-generator", "--smoke"],
             "mini sweep": ["mini", "sweep", "--smoke"]}[command] + ["--out", str(out)]

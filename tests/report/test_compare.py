@@ -124,3 +124,68 @@ def test_compare_refuses_mixed_judge_protocols(tmp_path):
     s = json.loads((tmp_path / "same" / "compare.json").read_text())
     assert s["protocols"] == {"clip-foil": "t2i-audit"}
     assert "judge protocol clip-foil: <b>t2i-audit</b>" in (tmp_path / "same" / "index.html").read_text()
+
+
+def _gate(argv, monkeypatch, capsys):
+    import sys
+
+    from t2i_audit import cli
+
+    monkeypatch.setattr(sys, "argv", ["t2i-audit", "compare", *map(str, argv)])
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_regression_gate_fails_on_a_known_drop_and_names_the_categories(runs, tmp_path, monkeypatch, capsys):
+    _, good, bad, _ = runs
+    code, out, err = _gate([good, bad, "--out", tmp_path / "drop", "--fail-on-drop", "0.05"], monkeypatch, capsys)
+    assert code == 1, out + err
+    diffs = pd.read_parquet(tmp_path / "drop" / "differences.parquet")
+    cat = diffs[(diffs["group"] == "category") & (diffs["a"] == "model-good") & (diffs["b"] == "model-bad")]
+    expected = set(cat[(cat["diff"] > 0.05) & (cat["lo"] > 0)]["value"])
+    printed = set(re.findall(r"^regression: (\w+): ", out, re.M))
+    assert expected and printed == expected
+    assert "gate: FAIL" in err
+    # the same drop under a limit it does not exceed passes: the size matters, not only significance
+    largest = cat["diff"].max()
+    code, out, _ = _gate([good, bad, "--out", tmp_path / "big", "--fail-on-drop", f"{largest + 0.01:.3f}"],
+                         monkeypatch, capsys)
+    assert code == 0 and "gate: ok" in out
+
+
+def test_regression_gate_passes_without_a_drop(runs, tmp_path, monkeypatch, capsys):
+    _, good, bad, _ = runs
+    code, out, _ = _gate([good, good, "--out", tmp_path / "same", "--fail-on-drop", "0"], monkeypatch, capsys)
+    assert code == 0 and "gate: ok" in out and "regression:" not in out
+    code, out, _ = _gate([bad, good, "--out", tmp_path / "better", "--fail-on-drop", "0.05"], monkeypatch, capsys)
+    assert code == 0 and "gate: ok" in out  # the candidate improved
+
+
+def test_regression_gate_takes_two_runs_and_a_fraction(runs, tmp_path, monkeypatch, capsys):
+    _, good, bad, _ = runs
+    code, _, err = _gate([good, bad, good, "--out", tmp_path / "x", "--fail-on-drop", "0.05"], monkeypatch, capsys)
+    assert code == 2 and "--fail-on-drop compares two runs, BASE CANDIDATE; got 3" in err
+    code, _, err = _gate([good, bad, "--out", tmp_path / "y", "--fail-on-drop", "5"], monkeypatch, capsys)
+    assert code == 2 and "a fraction in [0, 1)" in err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    from typer.testing import CliRunner
+
+    from t2i_audit.cli import app
+
+    help_text = " ".join(CliRunner().invoke(app, ["compare", "--help"], env={"COLUMNS": "400"}).output.split())
+    assert "lies wholly above 0" in help_text and "by more than D" in help_text
+
+
+def test_bootstrap_units_are_twin_groups(runs, tmp_path):
+    _, good, bad, _ = runs
+    compare_runs([good, bad], tmp_path / "u")
+    s = json.loads((tmp_path / "u" / "compare.json").read_text())
+    from t2i_audit.prompts import twin_group
+
+    prompts = [json.loads(l) for l in (Path(good) / "prompts.jsonl").read_text().splitlines()]
+    assert s["differences"][0]["units"] == len({twin_group(p) for p in prompts}) < len(prompts)

@@ -81,6 +81,8 @@ CASES: dict[str, Case] = {
     "report": Case(["report", "{run}", "--out", "{out}"], {"run": IN_DIR, "out": OUT_DIR}, {"run": "RUN"}, quick=True),
     "compare": Case(["compare", "{runs}", "@RUN2", "--out", "{out}"], {"runs": IN_DIR, "out": OUT_DIR},
                     {"runs": "RUN"}, quick=True),
+    "board": Case(["board", "{runs}", "--out", "{out}"], {"runs": IN_DIR, "out": OUT_DIR}, {"runs": "REPORTED"},
+                  quick=True),
     "mini train-judge": Case(["mini", "train-judge", "--smoke", "--out", "{out}"], {"out": OUT_DIR}),
     "mini train-generator": Case(["mini", "train-generator", "--smoke", "--out", "{out}"], {"out": OUT_DIR}),
     "mini eval-judges": Case(["mini", "eval-judges", "--judge", "{judge}", "--n", "1", "--no-write"],
@@ -190,10 +192,14 @@ def world(tmp_path_factory, repo_root) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("world")
     prompts = make_prompts(n_binding=2, n_rel=1, n_count=1)
     w = {"RUN": make_run(root / "run", prompts=prompts, samples=1, black=0),
+         "REPORTED": make_run(root / "reported", prompts=prompts, samples=1, black=0, config={"steps": 4}),
          "RUN2": make_run(root / "run2", prompts=prompts, samples=1, black=0, skill=0.5),
          "SUITE": root / "mini.yaml", "JSONL": root / "run" / "prompts.jsonl", "LABELS": root / "labels.csv",
          "CARD": root / "card.yaml", "GENEVAL": root / "evaluation_metadata.jsonl", "CONFIG": root / "cfg" / "run.yaml",
          "JUDGE": WEIGHTS / "judge", "GENERATOR": WEIGHTS / "generator"}
+    from t2i_audit.report import render_report
+
+    render_report(w["REPORTED"], progress=False)  # the board reads runs a report finished
     shutil.copy(repo_root / "prompts" / "mini.yaml", w["SUITE"])
     shutil.copy(repo_root / "tests" / "fixtures" / "import" / "geneval_metadata.jsonl", w["GENEVAL"])
     export_sheet(w["RUN"], w["LABELS"], per="question")
