@@ -54,15 +54,16 @@ def _random_lora(module, targets: list[str], rank: int, seed: int, std: float) -
 
 def build_lora(model: str, out_dir, *, rank: int = 4, seed: int = 0, std: float = 0.2, text_encoders: bool = True,
                denoiser: bool = True, weight_name: str = WEIGHT_NAME) -> Path:
-    """A random LoRA for tiny card ``model`` saved by its pipeline class's ``save_lora_weights`` into
-    ``out_dir/weight_name``; returns the file. ``text_encoders``: also the text encoders the family's loader
-    supports (those with CLIP-named projections)."""
+    """A random LoRA for ``model`` (a tiny card, ``mini``, any model reference) saved by its pipeline class's
+    ``save_lora_weights`` into ``out_dir/weight_name``; returns the file. ``text_encoders``: also the text
+    encoders the family's loader supports (those with CLIP-named projections)."""
     import torch
     from diffusers import DiffusionPipeline
 
-    from . import materialize
+    from ..models import resolve_model
 
-    pipe = DiffusionPipeline.from_pretrained(materialize(model))
+    card = resolve_model(model)
+    pipe = DiffusionPipeline.from_pretrained(card.pretrained_path(), revision=card.revision)
     cls = type(pipe)
     denoisers, texts = lora_components(cls)
     layers: dict = {}
