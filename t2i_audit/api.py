@@ -152,8 +152,10 @@ def make_config(data: dict, where: str = "run config") -> RunConfig:
     try:
         cfg = RunConfig.model_validate(data)
     except ValidationError as e:
-        msgs = [f"{where}: {'.'.join(map(str, err['loc']))}: "
-                f"{'unknown setting' if err['type'] == 'extra_forbidden' else err['msg']}" for err in e.errors()]
+        # a field validator's AuditError text arrives as pydantic's "Value error, <text>"
+        msgs = [f"{where}: {'.'.join(map(str, err['loc']))}: " + ("unknown setting" if err["type"] == "extra_forbidden"
+                                                                  else err["msg"].removeprefix("Value error, "))
+                for err in e.errors()]
         raise AuditError("\n".join(msgs)) from None
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:

@@ -54,6 +54,8 @@ class ModelCard:
         from . import variants
 
         if variant is None:
+            if not loras and not components:
+                return self
             variant = variants.resolve(loras or (), components or {})
         return replace(self, adapted=variant) if variant or self.adapted else self
 
