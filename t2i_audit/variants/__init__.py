@@ -263,7 +263,7 @@ def cache_key(card) -> list:
 def for_run(run, model: Optional[str] = None, loras: Optional[Iterable[str]] = None,
             components: Optional[Mapping[str, str]] = None, *, what: str = "run") -> Variant:
     """The variant a command working on an existing run uses: the one its run.yaml records (for the run's own
-    model), its files still holding the bytes the run was made with (manifest.json). ``loras`` / ``components``
+    model), its files still holding the bytes the run was made with (manifest.json ``model.adapted``). ``loras`` / ``components``
     given on the command line must name the same files and scales, or are refused with the difference named.
     A ``model`` other than the run's gets only what the command line gives."""
     from ..rundir import RunDir
@@ -283,7 +283,7 @@ def for_run(run, model: Optional[str] = None, loras: Optional[Iterable[str]] = N
     except AuditError as e:
         raise AuditError(f"{rd.config}: the {what}'s recorded LoRAs / components cannot be used: {e}") from None
     card = rd.read_manifest().get("model")
-    made = card.get("variant") if isinstance(card, dict) and isinstance(card.get("variant"), dict) else {}
+    made = card.get("adapted") if isinstance(card, dict) and isinstance(card.get("adapted"), dict) else {}
     if identity_of(made) != recorded.identity():
         from ..resume import differences
 
