@@ -119,7 +119,7 @@ def split_scale(spec: str) -> tuple[str, float]:
     if Path(text).expanduser().exists():
         return text, 1.0
     head, sep, tail = text.rpartition(":")
-    if not sep or not head or "/" in tail or "\\" in tail:
+    if not sep or not head or head in ("hf", "local") or "/" in tail or "\\" in tail:
         return text, 1.0
     try:
         scale = float(tail)
