@@ -41,7 +41,7 @@ def train_judge_cmd(
                              "The shipped judge is t2i_audit/mini/weights/judge: name it to replace it."),
     steps: Optional[int] = typer.Option(None, help="Stop after N steps."),
     minutes: Optional[float] = typer.Option(None, help="Stop after M minutes of wall time."),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="Training seed (data, initialisation)."),
     threads: int = typer.Option(1, help="torch threads."),
     smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
     quiet: bool = QUIET,
@@ -61,8 +61,8 @@ def train_generator_cmd(
                              "t2i_audit/mini/weights/generator: name it to replace it."),
     steps: Optional[int] = typer.Option(None, help="Stop after N steps."),
     minutes: Optional[float] = typer.Option(None, help="Stop after M minutes of wall time."),
-    seed: int = typer.Option(0),
-    batch: int = typer.Option(32),
+    seed: int = typer.Option(0, help="Training seed (data, initialisation)."),
+    batch: int = typer.Option(32, help="Rendered images per optimisation step."),
     threads: int = typer.Option(1, help="torch threads."),
     smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
     quiet: bool = QUIET,
@@ -81,7 +81,7 @@ def train_generator_cmd(
 def eval_judges_cmd(
     judge: Path = typer.Option(WEIGHTS / "judge", help="open_clip judge folder."),
     n: int = typer.Option(300, help="Triples per category."),
-    seed: int = typer.Option(90210),
+    seed: int = typer.Option(90210, help="Seed of the rendered test triples (the cards' figures use 90210)."),
     write: bool = typer.Option(True, help="Write the accuracy into the judges' card.json."),
     agreement: bool = typer.Option(False, help="Also run the registered scorers (mini-pixel, mini-judge) on "
                                                "renders of the mini suite and record agreement with the truth."),
@@ -112,8 +112,8 @@ def eval_generator_cmd(
     model: Path = typer.Option(WEIGHTS / "generator", help="Generator pipeline folder."),
     suite: Path = typer.Option(SUITE, help="Prompt suite."),
     samples: int = typer.Option(4, help="Images per prompt."),
-    steps: Optional[int] = typer.Option(None),
-    guidance: Optional[float] = typer.Option(None),
+    steps: Optional[int] = typer.Option(None, help="Denoising steps (default: the mini card's 20)."),
+    guidance: Optional[float] = typer.Option(None, help="Guidance scale (default: the mini card's 7.0)."),
     limit: Optional[int] = typer.Option(None, help="First N prompts only."),
     every: int = typer.Option(1, help="Every k-th prompt of the suite only."),
     write: bool = typer.Option(True, help="Write the result into the generator's card.json."),
@@ -199,8 +199,8 @@ def sweep_cmd(
 def render_cmd(
     text: str = typer.Argument(..., help='A mini caption, e.g. "a red circle to the left of a blue square".'),
     out: Path = typer.Option(Path("mini.png"), help="PNG to write."),
-    size: int = typer.Option(32),
-    seed: int = typer.Option(0),
+    size: int = typer.Option(32, help="Image side in pixels."),
+    seed: int = typer.Option(0, help="Seed of the scene's layout (positions, sizes)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
 ) -> None:
     """Render the ground-truth image of a mini caption."""

@@ -59,8 +59,8 @@ def probe(
     scorer: Optional[str] = typer.Option(None, "--scorer", help="Scorer whose verdicts define success; default: all in scores/."),
     layers: str = typer.Option("all", "--layers", help="all | last | conditioning (the layer the pipeline feeds its denoiser) | comma list of indices (negative ok) or names (h03, final, pooled)."),
     poolings: str = typer.Option("eos,mean,slot", "--poolings", help="Comma list of eos, mean, slot."),
-    seed: int = typer.Option(0, "--seed"),
-    device: str = typer.Option("cpu", "--device"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the folds, bootstrap and permutations."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N | mps: where activations are extracted."),
     denoiser: bool = typer.Option(False, "--denoiser/--no-denoiser", help="Also hook the UNet/transformer blocks (runs the pipeline)."),
     timesteps: Optional[str] = typer.Option(None, "--timesteps", help="Denoiser steps to hook, e.g. 0,10,-1 (default: first, middle, last)."),
     folds: int = typer.Option(5, "--folds", help="Grouped cross-validation folds."),
@@ -119,7 +119,7 @@ def predict(
     out: Optional[Path] = typer.Option(None, "--out", help="Ranking JSONL; default <prompts stem>.risk.jsonl."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Keep a balanced, deterministic subset of N "
                                         "prompts (the one `run --limit N` takes at its default --seed 0)."),
-    device: str = typer.Option("cpu", "--device"),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N | mps: where the text encoder runs."),
     top: int = typer.Option(10, "--top", help="How many of the riskiest to print."),
     early: bool = typer.Option(False, "--early", help="Per image: run --of seeds of each prompt to --at and rank "
                                "(prompt, seed) by the per-image probe of `probe --early` (probes/early_probes.json)."),
@@ -234,8 +234,8 @@ def select(
     binding: bool = typer.Option(False, "--binding", help="With --study: also capture per-head maps, raw slot maps, "
                                  "the CFG gap and x0 colours, and write probes/binding.json (AUROC by step per family)."),
     bootstrap: int = typer.Option(2000, "--bootstrap", help="With --study: bootstrap resamples (twin groups) for CIs."),
-    batch_size: int = typer.Option(4, "--batch-size"),
-    device: str = typer.Option("auto", "--device"),
+    batch_size: int = typer.Option(4, "--batch-size", help="Images denoised at once."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cuda:N | mps | cpu"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
 ) -> None:
