@@ -96,6 +96,23 @@ def run(
     report = Path(root) / "report" / "index.html"
     if report.exists():
         typer.echo(f"report: {report}")
+    line = _headline(RunDir(root))
+    if line:
+        typer.echo(f"headline: {line}")
+
+
+def _headline(run) -> Optional[str]:
+    """The report's headline as one line (summary.json), for `run` to end with; None before a report exists."""
+    from .errors import AuditError as _Damaged
+
+    try:
+        from .report.headline import headline_text
+        from .safeload import read_json
+
+        summary = read_json(run.summary) if run.summary.exists() else {}
+    except (ModuleNotFoundError, _Damaged):  # no report stage installed, or a summary verify will name
+        return None
+    return headline_text(summary.get("report") if isinstance(summary, dict) else None)
 
 
 @app.command("models")

@@ -215,7 +215,10 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
                "note": note}
     atomic_write_json(out / "compare.json", summary)
     used = set(pair_df["category"])
+    from .random_weights import random_weights_note
+
     ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note, "protocols": protocols,
+           "random_weights": random_weights_note([r.manifest for r in runs]),
            "deciding": rule.table({c: d for c, d in deciding.items() if c in used}),
            "verdict_sources": sorted({d["scorer"] for c, d in deciding.items() if c in used and d.get("scorer")}),
            "runs": [{"label": lab, "root": r.rd.root.name, "suites": ", ".join(s)}
