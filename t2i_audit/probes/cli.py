@@ -300,6 +300,7 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
     # measured by benchmarks/bench_selection_costs.py (seconds per loop iteration, decode, judge call on the
     # machine it names); package data through a link, so an installed t2i-audit has it too
     costs = Path(__file__).resolve().parents[1] / "data" / "selection_costs.json"
+    pareto.preflight(from_run)  # one seed per prompt, or no category with the minimum: refused before any capture
     if binding:
         from ..rundir import RunDir
         from .capture.early import load_early
