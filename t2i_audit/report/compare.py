@@ -181,8 +181,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
         for run, lab, r in zip(runs, labels, rows):
             path = run.rd.root / r["path"]
             sd = run.scorers[run.scorer_of(p0[key].get("category"))]
-            qs = [{"text": q.get("text"),
-                   "verdict": sd.questions.get((r["prompt_id"], s, q.get("id")), (None,))[0]}
+            qs = [{"text": q.get("text"), **sd.question(r["prompt_id"], s, q.get("id"))}
                   for q in run.prompts[r["prompt_id"]].get("questions", [])]
             cells.append({"model": lab, "verdict": r["verdict"], "failure_types": r["failure_types"],
                           "thumb": thumbs.ensure(path, r["sha256"]),

@@ -156,9 +156,8 @@ def _qverdicts(data: RunData, scorer: str | None, pid: str, sample: int) -> list
     sd = data.scorers.get(scorer) if scorer else None
     out = []
     for q in p.get("questions", []):
-        v = sd.questions.get((pid, sample, q.get("id")), (None, None)) if sd else (None, None)
-        out.append({"text": q.get("text"), "kind": q.get("kind"), "verdict": v[0],
-                    "value": v[1] if isinstance(v[1], (int, float)) else None})
+        state = sd.question(pid, sample, q.get("id")) if sd else {"verdict": None, "value": None, "skipped_by": []}
+        out.append({"text": q.get("text"), "kind": q.get("kind"), **state})
     return out
 
 
