@@ -103,14 +103,12 @@ def run(
 
 def _headline(run) -> Optional[str]:
     """The report's headline as one line (summary.json), for `run` to end with; None before a report exists."""
-    from .errors import AuditError as _Damaged
-
     try:
         from .report.headline import headline_text
         from .safeload import read_json
 
         summary = read_json(run.summary) if run.summary.exists() else {}
-    except (ModuleNotFoundError, _Damaged):  # no report stage installed, or a summary verify will name
+    except (ModuleNotFoundError, AuditError):  # no report stage installed, or a damaged summary (verify names it)
         return None
     return headline_text(summary.get("report") if isinstance(summary, dict) else None)
 

@@ -175,6 +175,7 @@ def _fractions(text: str) -> list[float]:
 
 
 def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet) -> None:
+    from .capture.early import step_label
     from .early_stage import run_early_stage
 
     res = run_early_stage(run, model=model, device=device, fractions=_fractions(at), scorer=scorer,
@@ -190,7 +191,8 @@ def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet) ->
         for tag, st in r["steps"].items():
             c = st["families"]["probe"]["compositions"]
             refs = ", ".join(f"{k} {_auroc(v['auroc'])}" for k, v in c["references"].items())
-            typer.echo(f"  {cat} after {st['iterations']}/{res['loop_steps']} steps: AUROC {_auroc(c['auroc'], ci=True)}"
+            typer.echo(f"  {cat} {step_label(st['iterations'] - 1, res['loop_steps'])}: AUROC "
+                       f"{_auroc(c['auroc'], ci=True)}"
                        f"{'; ' + refs if refs else ''}")
             why = c["auroc"].get("too_few")
             if why and why != said:  # the same rows at every step: say it once
@@ -315,7 +317,8 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
         binding_study.run(rd, n_boot=min(n_boot, 1000), progress=not quiet)
         typer.echo(f"binding study written to {rd.probes_dir / 'binding.json'}")
     res = pareto.run(from_run, n_boot=n_boot, costs_file=costs if costs.exists() else None, progress=not quiet)
-    typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'}")
+    typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'} (a policy's \"step k\" "
+               f"is k of the {res['loop_steps']} loop iterations, as `probe --early` counts them)")
     for cat, r in res["categories"].items():
         if "skipped" in r:
             typer.echo(f"  {cat}: skipped ({r['skipped']})")

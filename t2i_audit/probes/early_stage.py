@@ -19,7 +19,7 @@ from ..errors import AuditError
 from ..prompts import twin_group
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
 from .fit import per_image
-from .capture.early import DEFAULT_FRACTIONS, extract_early_features, load_early
+from .capture.early import DEFAULT_FRACTIONS, extract_early_features, load_early, step_label
 from .fit.linear import grouped_folds, onehot_constituents
 
 
@@ -153,7 +153,7 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
                                                 "families": per_step}
             if progress:
                 a = per_step["probe"]["compositions"]["auroc"]
-                print(f"[early] {cat} step {step + 1}/{meta['loop_steps']}: probe AUROC "
+                print(f"[early] {cat} {step_label(step, meta['loop_steps'])}: probe AUROC "
                       f"{stats.shown(a['auroc'], a.get('too_few'))} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
         out["categories"][cat] = res_cat
     out["seconds"] = round(time.perf_counter() - t0, 1)

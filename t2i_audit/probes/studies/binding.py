@@ -29,7 +29,7 @@ EARLY = ("attention", "pooled", "probe")
 
 def study(rd: RunDir, *, seed: int = 0, n_boot: int = 1000, n_splits: int = 5, progress: bool = True) -> dict:
     from ... import stats
-    from ..capture.early import load_early
+    from ..capture.early import load_early, step_label
     from ..early_stage import image_verdicts
     from ..fit.linear import onehot_constituents
     from ..fit.per_image import design
@@ -85,7 +85,8 @@ def study(rd: RunDir, *, seed: int = 0, n_boot: int = 1000, n_splits: int = 5, p
                                             "families": per}
             if progress:
                 best = max(per, key=lambda f: per[f]["auroc"]["auroc"])
-                print(f"[binding] {cat} step {step + 1}: best {best} {per[best]['auroc']['auroc']:.3f} "
+                print(f"[binding] {cat} {step_label(step, meta['loop_steps'])}: best {best} "
+                      f"{per[best]['auroc']['auroc']:.3f} "
                       f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
         out["categories"][cat] = res
     adj = holm(tests)

@@ -53,8 +53,9 @@ def _unit_seconds(path: Path | None) -> dict | None:
 
 
 def scores_for(lay, R: Risks, arrays: dict, traj: dict | None, traj_rows: dict | None, steps: list[int],
-               onehot: np.ndarray, progress: bool) -> dict:
+               onehot: np.ndarray, progress: bool, loop_steps: int = 0) -> dict:
     """score → loop step → (P, S) risk."""
+    from ..capture.early import step_label
     from ..fit.per_image import design
 
     out: dict = {s: {} for s in SCORES}
@@ -71,7 +72,8 @@ def scores_for(lay, R: Risks, arrays: dict, traj: dict | None, traj_rows: dict |
             raw = np.hstack([np.asarray(traj[f"rawmaps__t{step:03d}"], np.float32)[traj_rows], onehot])
             out["rawmaps"][step] = R.oof(f"rawmaps-t{step}", raw)  # the binding study's fit (same cache entry)
         if progress:
-            print(f"[selection] {lay.category} step {step}: risks ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+            print(f"[selection] {lay.category} {step_label(step, loop_steps)}: risks ({time.perf_counter() - t0:.0f}s)",
+                  file=sys.stderr)
     return {k: v for k, v in out.items() if v}
 
 
@@ -200,7 +202,7 @@ def study(rd: RunDir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, b
             result["categories"][cat] = {"skipped": why}
             continue
         R = Risks(lay, cache, seed=seed, tag=meta["key"])
-        scores = scores_for(lay, R, arrays, traj, traj_rows, steps, onehot, progress)
+        scores = scores_for(lay, R, arrays, traj, traj_rows, steps, onehot, progress, loop_steps=T)
         boot = GroupBootstrap(lay.groups, n_boot, seed)
         curve = whole_curve(lay.success, T)
         whole = [Whole(n) for n in range(1, S + 1)]
