@@ -130,10 +130,40 @@ def test_the_rule_on_examples():
 # ------------------------------------------------------------------ running the blocks in page order
 
 
+PLAIN = re.compile(r"^t2i-audit(\s|$)")
+SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}]|\\$")
+
+
+def _plain_commands(code: str, cwd: Path) -> list[list[str]] | None:
+    """A bash block made only of ``t2i-audit …`` lines (comments aside) as argument lists, globs expanded as bash
+    expands them (sorted; a pattern that matches nothing stays as written); None when a line needs the shell."""
+    import glob
+    import shlex
+
+    out = []
+    for line in code.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        words = shlex.split(line, comments=True)
+        if not PLAIN.match(line) or SHELL_SYNTAX.search(" ".join(words)):
+            return None
+        argv = []
+        for w in words[1:]:
+            hits = sorted(glob.glob(w, root_dir=cwd)) if any(c in w for c in "*?[") else []
+            argv += hits or [w]
+        out.append(argv)
+    return out
+
+
 class Reader:
-    """One newcomer's terminal: an empty folder, ``t2i-audit`` and ``python`` on PATH (this test's interpreter and
-    the t2i_audit it imports), the offline environment of the tests. Blocks run in page order; a block run alone
-    (pytest -k, or another xdist worker) first replays the blocks before it."""
+    """One newcomer's terminal: a folder that starts empty and the offline environment of the tests. Blocks run in
+    page order; a block run alone (pytest -k, another xdist worker) first replays the blocks before it.
+
+    A block of plain ``t2i-audit …`` lines runs each line through the real entry point (``t2i_audit.cli.main``, as
+    the console script does) in this process, so the suite pays torch's import once, not once a line; a Python block
+    runs as a script in this process; any other bash block runs in bash with ``t2i-audit`` and ``python`` on PATH
+    (this interpreter and the t2i_audit it imports)."""
 
     def __init__(self, root: Path):
         self.cwd = root / "reader"
@@ -151,12 +181,48 @@ class Reader:
         self.done: set[int] = set()
         self.twins = tiny_twins()
 
-    def run(self, block: Block) -> subprocess.CompletedProcess:
+    def run(self, block: Block) -> tuple[int, str]:
+        """(exit status, what the reader saw)."""
         code = apply_rule(block, self.twins)
-        argv = ["bash", "-euo", "pipefail", "-c", code] if block.lang == "bash" else [sys.executable, "-c", code]
-        r = subprocess.run(argv, cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=TIMEOUT)
         self.done.add(block.line)
-        return r
+        plain = _plain_commands(code, self.cwd) if block.lang == "bash" else None
+        if block.lang == "bash" and plain is None:
+            r = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=self.cwd, env=self.env,
+                               capture_output=True, text=True, timeout=TIMEOUT)
+            return r.returncode, r.stdout + r.stderr
+        return self._in_process(code, plain)
+
+    def _in_process(self, code: str, commands: list[list[str]] | None) -> tuple[int, str]:
+        import contextlib
+        import io
+        import traceback
+
+        from t2i_audit import cli
+
+        seen, here, argv = io.StringIO(), Path.cwd(), sys.argv
+        os.chdir(self.cwd)
+        try:
+            with contextlib.redirect_stdout(seen), contextlib.redirect_stderr(seen):
+                for args in commands if commands is not None else [None]:
+                    if args is None:  # a Python block: a script run in the reader's folder
+                        try:
+                            exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})
+                        except Exception:
+                            traceback.print_exc()
+                            return 1, seen.getvalue()
+                        continue
+                    sys.argv = ["t2i-audit", *args]
+                    try:
+                        cli.main()
+                        code_ = 0
+                    except SystemExit as e:
+                        code_ = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                    if code_:
+                        return code_, seen.getvalue()
+        finally:
+            os.chdir(here)
+            sys.argv = argv
+        return 0, seen.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -178,12 +244,11 @@ def test_readme_block_runs(block: Block, reader: Reader):
         if earlier.line >= block.line:
             break
         if _runnable(earlier) and earlier.line not in reader.done:
-            r = reader.run(earlier)
-            assert r.returncode == 0, f"README.md:{earlier.line} (needed by :{block.line}) failed:\n{r.stderr[-3000:]}"
-    r = reader.run(block)
-    assert r.returncode == 0, (f"README.md:{block.line} as run (rule applied):\n{apply_rule(block, reader.twins)}\n"
-                               f"--- stdout\n{r.stdout[-2000:]}\n--- stderr\n{r.stderr[-4000:]}")
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+            status, seen = reader.run(earlier)
+            assert status == 0, f"README.md:{earlier.line} (needed by :{block.line}) failed:\n{seen[-3000:]}"
+    status, seen = reader.run(block)
+    assert status == 0, f"README.md:{block.line} as run (rule applied):\n{apply_rule(block, reader.twins)}\n{seen[-5000:]}"
+    assert "Traceback" not in seen, seen[-3000:]
 
 
 def test_every_mark_is_known_and_says_why():

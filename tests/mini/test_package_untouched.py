@@ -8,13 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
-
-import pytest
 
 from t2i_audit import cli
 from t2i_audit.mini.cli import WEIGHTS
+
+from ..drills.test_folder_identity import _cli
 
 PACKAGE = Path(cli.__file__).resolve().parent
 
@@ -24,28 +23,19 @@ def _package_sha256() -> dict[str, str]:
             for p in sorted(PACKAGE.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
 
 
-def _cli(argv, monkeypatch, capsys) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["t2i-audit", *map(str, argv)])
-    with pytest.raises(SystemExit) as e:
-        cli.main()
-    cap = capsys.readouterr()
-    return e.value.code or 0, cap.out, cap.err
-
-
 def test_mini_evaluations_leave_the_package_byte_identical(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
     before = _package_sha256()
     assert any(k.endswith("weights/generator/card.json") for k in before)
-    code, out, err = _cli(["mini", "eval-judges", "--n", "2"], monkeypatch, capsys)
+    code, out, err = _cli(["mini", "eval-judges", "--n", "2"], tmp_path, monkeypatch, capsys)
     assert code == 0 and out.startswith("pixel "), err
     code, out, err = _cli(["mini", "eval-generator", "--limit", "1", "--samples", "1", "--steps", "2"],
-                          monkeypatch, capsys)
+                          tmp_path, monkeypatch, capsys)
     assert code == 0 and ('"train/all"' in out or '"heldout/all"' in out), err
     for argv in (["mini", "eval-judges", "--n", "2", "--write"],
                  ["mini", "eval-generator", "--limit", "1", "--samples", "1", "--write"],
                  ["mini", "render", "a red circle", "--out", WEIGHTS / "x.png"],
                  ["mini", "train-judge", "--smoke", "--out", WEIGHTS / "judge"]):
-        code, out, err = _cli(argv, monkeypatch, capsys)
+        code, out, err = _cli(argv, tmp_path, monkeypatch, capsys)
         assert code == 2 and "inside the installed t2i-audit package" in err and "Traceback" not in err, (argv, err)
     assert _package_sha256() == before
 
@@ -53,7 +43,7 @@ def test_mini_evaluations_leave_the_package_byte_identical(tmp_path, monkeypatch
 def test_write_goes_to_a_judge_of_ones_own(tmp_path, monkeypatch, capsys):
     mine = tmp_path / "my-judge"
     shutil.copytree(WEIGHTS / "judge", mine)
-    code, out, err = _cli(["mini", "eval-judges", "--judge", mine, "--n", "2", "--write"], monkeypatch, capsys)
+    code, out, err = _cli(["mini", "eval-judges", "--judge", mine, "--n", "2", "--write"], tmp_path, monkeypatch, capsys)
     assert code == 0, err
     card = json.loads((mine / "card.json").read_text())
     assert set(card["accuracy"]["per_category"]) >= {"shape", "color"} and card["accuracy"]["n_per_category"] == 2
