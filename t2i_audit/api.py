@@ -102,14 +102,24 @@ class RunConfig(BaseModel):
         and so do `--steps 30` and no --steps where the card's default is 30. Runs made before this
         hashed the unfilled settings: ``default_run_dir`` still finds them under their old name.
         """
+        return self._filled(card)._hash()
+
+    def folder_key(self, card=None) -> str:
+        """The hash a default run folder is named by: the fingerprint without ``images_per_prompt``, so the same
+        command with a larger ``-n`` finds the run it made and extends it (the images made stay, each with its own
+        seed) instead of starting a new folder."""
+        return self._filled(card)._hash(exclude={"images_per_prompt"})
+
+    def _filled(self, card=None) -> "RunConfig":
         from .models import resolve_model
 
         filled = {**self.model_dump(), **resolved_settings(self, card or resolve_model(self.model))}
         # validated again so a card's ``guidance: 1`` hashes as the 1.0 that run.yaml reads back
-        return RunConfig.model_validate(filled)._hash()
+        return RunConfig.model_validate(filled)
 
-    def _hash(self) -> str:
-        return stable_hash({**self.model_dump(exclude=NOT_IDENTITY | VARIANT), **self.variant().identity()})[:6]
+    def _hash(self, exclude: frozenset | set = frozenset()) -> str:
+        return stable_hash({**self.model_dump(exclude=NOT_IDENTITY | VARIANT | set(exclude)),
+                            **self.variant().identity()})[:6]
 
 
 # where a run goes, which stages run now, on which device and how many at once: none changes what is made
@@ -186,11 +196,15 @@ def default_run_dir(cfg: RunConfig, card=None, *, command: str = "run", settings
         if settings is None:
             raise ValueError(f"default_run_dir: a {command} run is named by its settings; pass settings=")
         return Path("runs") / f"{model}_{suites}_{command}_{settings_id(settings)[:6]}"
-    root = Path("runs") / f"{model}_{suites}_{cfg.fingerprint(card)}"
-    # a run made before the fingerprint filled in the card's defaults is named by the unfilled
-    # hash: rerunning its command resumes it there rather than starting over
-    legacy = root.with_name(f"{model}_{suites}_{cfg._hash()}")
-    return legacy if not root.exists() and legacy.exists() else root
+    root = Path("runs") / f"{model}_{suites}_{cfg.folder_key(card)}"
+    if root.exists():
+        return root
+    # runs made before: named by the fingerprint with -n in it (the same command with a smaller -n made the run
+    # this one extends), or, before the card's defaults were filled in, by the unfilled hash: rerunning the
+    # command resumes the run there rather than starting over
+    legacy = [f"{model}_{suites}_{cfg.model_copy(update={'images_per_prompt': n}).fingerprint(card)}"
+              for n in range(cfg.images_per_prompt, 0, -1)] + [f"{model}_{suites}_{cfg._hash()}"]
+    return next((root.with_name(name) for name in legacy if root.with_name(name).exists()), root)
 
 
 def library_versions() -> dict[str, Optional[str]]:

@@ -23,6 +23,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 prompts_app = typer.Typer(no_args_is_help=True, help="Validate, inspect and export prompt suites.")
 app.add_typer(prompts_app, name="prompts")
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"t2i-audit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _app_options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                              help="Print the version and exit.")) -> None:
+    """Audit whether a text-to-image model composes what it knows."""
+
 # Stage packages add their own commands; each registers through ``register(app)``.
 PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.report.cli", "t2i_audit.mini.cli",
                "t2i_audit.board.cli")
@@ -34,13 +48,15 @@ def run(
     prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s), or PromptRecords .jsonl (`prompts import`)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A run.yaml to rerun; other options override it."),
     limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
-    images_per_prompt: Optional[int] = typer.Option(None, "--images-per-prompt", "-n"),
+    images_per_prompt: Optional[int] = typer.Option(None, "--images-per-prompt", "-n", help="Images (seeds) per prompt "
+                                                    "(default 1). A larger -n extends the run the same command made."),
     seed: Optional[int] = typer.Option(None, help="Base seed (default 0)."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Images denoised at once (default 4; "
+                                             "a resumed run keeps the batch size it was planned with)."),
     device: Optional[str] = typer.Option(None, help="auto | cuda | cuda:N | mps | cpu"),
     dtype: Optional[str] = typer.Option(None, help="float16 | bfloat16 | float32 (default: the card's)"),
-    steps: Optional[int] = typer.Option(None),
-    guidance: Optional[float] = typer.Option(None),
+    steps: Optional[int] = typer.Option(None, help="Denoising steps (default: the card's)."),
+    guidance: Optional[float] = typer.Option(None, help="Classifier-free guidance scale (default: the card's)."),
     size: Optional[int] = typer.Option(None, help="Square image size in pixels."),
     scorer: Optional[List[str]] = typer.Option(None, "--scorer", help="Scorer(s) to run (default: per category)."),
     stages: Optional[str] = typer.Option(None, help="Comma-separated subset of prompts,generate,score,probe,report."),
@@ -85,10 +101,25 @@ def run(
     report = Path(root) / "report" / "index.html"
     if report.exists():
         typer.echo(f"report: {report}")
+    line = _headline(RunDir(root))
+    if line:
+        typer.echo(f"headline: {line}")
+
+
+def _headline(run) -> Optional[str]:
+    """The report's headline as one line (summary.json), for `run` to end with; None before a report exists."""
+    try:
+        from .report.headline import headline_text
+        from .safeload import read_json
+
+        summary = read_json(run.summary) if run.summary.exists() else {}
+    except (ModuleNotFoundError, AuditError):  # no report stage installed, or a damaged summary (verify names it)
+        return None
+    return headline_text(summary.get("report") if isinstance(summary, dict) else None)
 
 
 @app.command("models")
-def models_cmd(as_json: bool = typer.Option(False, "--json")):
+def models_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable list.")):
     """List model cards (any hf:org/repo or local pipeline folder works too)."""
     from .models import list_models
 
@@ -109,7 +140,8 @@ def models_cmd(as_json: bool = typer.Option(False, "--json")):
 
 
 @prompts_app.command("validate")
-def prompts_validate(files: List[Path] = typer.Argument(..., help="Suite YAML files.")):
+def prompts_validate(files: List[Path] = typer.Argument(..., help="Suite YAML files, or shipped suites' names "
+                                                       "(colors, spatial, mini …).")):
     """Validate suites strictly; print prompt counts, or every problem with file:line."""
     from .prompts import expand_files, template_counts
 
@@ -120,7 +152,8 @@ def prompts_validate(files: List[Path] = typer.Argument(..., help="Suite YAML fi
 
 
 @prompts_app.command("show")
-def prompts_show(file: Path = typer.Argument(...), limit: int = typer.Option(5, "--limit", "-n"),
+def prompts_show(file: Path = typer.Argument(..., help="A suite YAML, or a shipped suite's name (colors, mini …)."),
+                 limit: int = typer.Option(5, "--limit", "-n", help="Sample prompts shown per template."),
                  as_json: bool = typer.Option(False, "--json", help="Full records instead of text lines.")):
     """Counts per template and sample prompts with their questions."""
     from .prompts import expand_files, template_counts
@@ -143,8 +176,10 @@ def prompts_show(file: Path = typer.Argument(...), limit: int = typer.Option(5, 
 
 
 @prompts_app.command("export")
-def prompts_export(files: List[Path] = typer.Argument(...), out: Path = typer.Option(..., "--out", "-o"),
-                   limit: Optional[int] = typer.Option(None), seed: int = typer.Option(0),
+def prompts_export(files: List[Path] = typer.Argument(..., help="Suite YAML files, or shipped suites' names."),
+                   out: Path = typer.Option(..., "--out", "-o", help="PromptRecords JSONL to write."),
+                   limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
+                   seed: int = typer.Option(0, help="Seed of the --limit subset."),
                    force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise).")):
     """Expand suites to a JSONL file of PromptRecords."""
     from .api import export_prompts

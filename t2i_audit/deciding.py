@@ -9,7 +9,9 @@ names where those labels came from). Per category, among the scorers that gave v
    measured Cohen's κ on the category is <= ``CHANCE_KAPPA``;
 2. evidence, strongest first:
    * ``calibrate`` results stored in the run(s) (``<run>/calibration/report.json``, prompt level,
-     else question level, at least ``MIN_LABELS`` labels; several runs are pooled, n-weighted);
+     else question level, at least ``MIN_LABELS`` labels with a defined κ — labels of both kinds; several
+     runs are pooled, n-weighted); over a card's measured agreement only from ``MIN_LABELS_OVER_CARD``
+     labels on the category (below, the card stands and the reason says why);
    * the card's measured ``known_agreement`` (``per_category`` by category or aspect, the worst
      match, else ``overall``) — figures measured on *generated* images, not published notes;
    * none: the family preference per category below (the published ordering of human agreement:
@@ -35,6 +37,11 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 MIN_LABELS = 10          # fewer calibrated labels than this on a category is no evidence
+# labels on a category before calibrate's measured agreement replaces a card's measured known_agreement: at 80 %
+# agreement and 50 % chance agreement κ's 95 % interval is ±0.22 with 50 labels (±0.35 with 20), narrow enough to
+# tell a judge at chance (κ ≤ 0.10) from a substantial one (≥ 0.6); fewer would let a small, lopsided sample
+# overturn a card measured on hundreds of questions (issue 37)
+MIN_LABELS_OVER_CARD = 50
 CHANCE_KAPPA = 0.10      # κ at or below this: no better than chance (Landis & Koch: "slight" < 0.2)
 
 # family preference when no scorer has agreement evidence for the category
@@ -142,7 +149,9 @@ def pool_calibration(reports: Iterable[Mapping]) -> dict:
             for cat in cats - {"all"}:
                 for level in ("prompt", "question"):
                     m = (levels.get(level) or {}).get(cat)
-                    if m and m.get("accuracy") is not None and (m.get("n") or 0) >= MIN_LABELS:
+                    # κ undefined (constant labels) says nothing about agreement beyond chance: no evidence
+                    if m and m.get("accuracy") is not None and m.get("kappa") is not None \
+                            and (m.get("n") or 0) >= MIN_LABELS:
                         acc = pooled.setdefault(name, {}).setdefault(cat, {"level": level, "parts": []})
                         if acc["level"] == level:
                             acc["parts"].append(m)
@@ -257,7 +266,7 @@ def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
     out = {}
     for cat in sorted(categories, key=lambda c: str(c)):
         names = set.intersection(*[{n for n, cs in d.items() if cs.get(cat)} for d in decided]) if decided else set()
-        excluded, scored = {}, []
+        excluded, scored, set_aside = {}, [], {}
         for name in sorted(names):
             card = cards.get(name)
             cal = (calib.get(name) or {}).get(cat)
@@ -265,6 +274,10 @@ def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
             if chance:
                 excluded[name] = chance
                 continue
+            if cal is not None and cev is not None and cal["n"] < MIN_LABELS_OVER_CARD:
+                set_aside[name] = (f"{source_calib} ({_fmt({**cal, 'on': cat})}) set aside: fewer than "
+                                   f"{MIN_LABELS_OVER_CARD} labels do not replace the card's measured agreement")
+                cal = None
             if cal is not None:
                 ev, tier, src = {**cal, "on": cat}, 2, source_calib
             elif cev is not None:
@@ -278,6 +291,9 @@ def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
                            "kind": scorer_kind(card),
                            "n": min(d.get(name, {}).get(cat, 0) for d in decided)})
         out[cat] = _pick(cat, scored, excluded, defaults.get(cat))
+        if set_aside:
+            out[cat]["why"] = (out[cat].get("why") or "") + "; " + "; ".join(
+                f"{n}: {w}" for n, w in sorted(set_aside.items()))
     return out
 
 

@@ -222,7 +222,9 @@ CARD_FIELDS = {"repo", "revision", "package", "pipeline", "defaults", "call", "t
                "vae_dtype", "notes", "licence", "gated", "components", "sources", "offload", "vae_tiling"}
 OFFLOAD_MODES = ("model", "sequential")
 COMPONENT_FIELDS = {"repo", "class", "subfolder", "revision"}
-SOURCED = {*GENERIC_DEFAULTS, "call", "components", "vae_dtype", "offload"}  # what a `sources:` entry can name
+SOURCED = {*GENERIC_DEFAULTS, "call", "components", "vae_dtype", "offload", "licence", "gated"}  # what `sources:` can name
+# A tiny card's weights are random numbers this package makes from a config: its own licence, nothing to accept.
+TINY_LICENCE = "apache-2.0"  # this project's own (pyproject.toml)
 
 
 def check_card(name: str, spec: dict, tiny: bool = False) -> None:
@@ -258,7 +260,8 @@ def _from_card(name: str, spec: dict, tiny: bool = False) -> ModelCard:
         call=dict(spec.get("call", {})), text_encoders_=tuple(spec.get("text_encoders", ())),
         scorers=tuple(spec.get("scorers", ())), variant=spec.get("variant"), vae_dtype=spec.get("vae_dtype"),
         offload=spec.get("offload"), vae_tiling=bool(spec.get("vae_tiling", False)),
-        notes=spec.get("notes"), licence=spec.get("licence"), gated=spec.get("gated"),
+        notes=spec.get("notes"), licence=spec.get("licence", TINY_LICENCE if tiny else None),
+        gated=spec.get("gated", False if tiny else None),
         components={k: dict(v) for k, v in (spec.get("components") or {}).items()},
         sources=dict(spec.get("sources") or {}))
 

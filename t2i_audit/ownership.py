@@ -177,6 +177,22 @@ def _marker_bytes(kind: str, command: str, settings: Optional[Mapping]) -> bytes
     return json.dumps(data, ensure_ascii=False).encode() + b"\n"
 
 
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def refuse_package_path(path: "Path | str", what: str = "output") -> Path:
+    """The tool never writes into its own installed package (with an editable install: into the checkout's
+    ``t2i_audit/``): a path inside it is refused with what to do. The shipped weights and cards are data the
+    tests and the README's numbers rest on; a command that rewrote them would change them under every user."""
+    p = Path(path)
+    resolved = p.resolve()
+    if resolved == PACKAGE_DIR or PACKAGE_DIR in resolved.parents:
+        raise AuditError(f"{what} {p}: inside the installed t2i-audit package ({PACKAGE_DIR}), which t2i-audit never "
+                         "writes into; copy what you mean to change out of it first (e.g. `cp -r "
+                         f"{resolved} my-copy`) and name the copy")
+    return p
+
+
 def check_claimable(path: "Path | str", kind: str, *, command: Optional[str] = None,
                     settings: Optional[Mapping[str, Any]] = None) -> Optional[Maker]:
     """:func:`claim_output_dir`'s refusals, writing nothing: for a command that reads its inputs before it
@@ -185,7 +201,7 @@ def check_claimable(path: "Path | str", kind: str, *, command: Optional[str] = N
     command = command or WRITERS[kind][0]
     if command not in WRITERS.get(kind, ()):
         raise ValueError(f"{command!r} is not a registered writer of {kind!r} folders (ownership.WRITERS)")
-    root = Path(path)
+    root = refuse_package_path(path)
     if root.exists() and not root.is_dir():
         raise AuditError(f"{root}: is a file, not a folder; choose another output folder")
     maker = folder_maker(root) if root.is_dir() else None
@@ -240,7 +256,7 @@ def claim_output_file(path: "Path | str", *, force: bool = False) -> Path:
     --out``), or refuse with the path and why. A file has no room for a marker telling that we wrote
     it, so an existing one is never replaced unless the user says so (``force``), as a folder
     without our marker is never written into."""
-    out = Path(path)
+    out = refuse_package_path(path)
     if out.is_dir():
         raise AuditError(f"{out}: is a folder; give a file path")
     if (out.exists() or out.is_symlink()) and not force:

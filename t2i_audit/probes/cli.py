@@ -67,8 +67,8 @@ def probe(
     scorer: Optional[str] = typer.Option(None, "--scorer", help="Scorer whose verdicts define success; default: all in scores/."),
     layers: str = typer.Option("all", "--layers", help="all | last | conditioning (the layer the pipeline feeds its denoiser) | comma list of indices (negative ok) or names (h03, final, pooled)."),
     poolings: str = typer.Option("eos,mean,slot", "--poolings", help="Comma list of eos, mean, slot."),
-    seed: int = typer.Option(0, "--seed"),
-    device: str = typer.Option("cpu", "--device"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the folds, bootstrap and permutations."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N | mps: where activations are extracted."),
     denoiser: bool = typer.Option(False, "--denoiser/--no-denoiser", help="Also hook the UNet/transformer blocks (runs the pipeline)."),
     timesteps: Optional[str] = typer.Option(None, "--timesteps", help="Denoiser steps to hook, e.g. 0,10,-1 (default: first, middle, last)."),
     folds: int = typer.Option(5, "--folds", help="Grouped cross-validation folds."),
@@ -131,7 +131,7 @@ def predict(
     out: Optional[Path] = typer.Option(None, "--out", help="Ranking JSONL; default <prompts stem>.risk.jsonl."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Keep a balanced, deterministic subset of N "
                                         "prompts (the one `run --limit N` takes at its default --seed 0)."),
-    device: str = typer.Option("cpu", "--device"),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N | mps: where the text encoder runs."),
     top: int = typer.Option(10, "--top", help="How many of the riskiest to print."),
     early: bool = typer.Option(False, "--early", help="Per image: run --of seeds of each prompt to --at and rank "
                                "(prompt, seed) by the per-image probe of `probe --early` (probes/early_probes.json)."),
@@ -193,6 +193,7 @@ def _fractions(text: str) -> list[float]:
 
 
 def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet, variant=None) -> None:
+    from .capture.early import step_label
     from .early_stage import run_early_stage
 
     res = run_early_stage(run, model=model, device=device, fractions=_fractions(at), scorer=scorer,
@@ -208,7 +209,8 @@ def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet, va
         for tag, st in r["steps"].items():
             c = st["families"]["probe"]["compositions"]
             refs = ", ".join(f"{k} {_auroc(v['auroc'])}" for k, v in c["references"].items())
-            typer.echo(f"  {cat} after {st['iterations']}/{res['loop_steps']} steps: AUROC {_auroc(c['auroc'], ci=True)}"
+            typer.echo(f"  {cat} {step_label(st['iterations'] - 1, res['loop_steps'])}: AUROC "
+                       f"{_auroc(c['auroc'], ci=True)}"
                        f"{'; ' + refs if refs else ''}")
             why = c["auroc"].get("too_few")
             if why and why != said:  # the same rows at every step: say it once
@@ -252,8 +254,8 @@ def select(
     binding: bool = typer.Option(False, "--binding", help="With --study: also capture per-head maps, raw slot maps, "
                                  "the CFG gap and x0 colours, and write probes/binding.json (AUROC by step per family)."),
     bootstrap: int = typer.Option(2000, "--bootstrap", help="With --study: bootstrap resamples (twin groups) for CIs."),
-    batch_size: int = typer.Option(4, "--batch-size"),
-    device: str = typer.Option("auto", "--device"),
+    batch_size: int = typer.Option(4, "--batch-size", help="Images denoised at once."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cuda:N | mps | cpu"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     lora: Optional[list[str]] = typer.Option(None, "--lora", help=LORA_HELP + " Default: the --from run's; "
@@ -326,6 +328,7 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
     # measured by benchmarks/bench_selection_costs.py (seconds per loop iteration, decode, judge call on the
     # machine it names); package data through a link, so an installed t2i-audit has it too
     costs = Path(__file__).resolve().parents[1] / "data" / "selection_costs.json"
+    pareto.preflight(from_run)  # one seed per prompt, or no category with the minimum: refused before any capture
     if binding:
         from ..rundir import RunDir
         from .capture.early import load_early
@@ -340,7 +343,8 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
         binding_study.run(rd, n_boot=min(n_boot, 1000), progress=not quiet)
         typer.echo(f"binding study written to {rd.probes_dir / 'binding.json'}")
     res = pareto.run(from_run, n_boot=n_boot, costs_file=costs if costs.exists() else None, progress=not quiet)
-    typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'}")
+    typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'} (a policy's \"step k\" "
+               f"is k of the {res['loop_steps']} loop iterations, as `probe --early` counts them)")
     for cat, r in res["categories"].items():
         if "skipped" in r:
             typer.echo(f"  {cat}: skipped ({r['skipped']})")

@@ -1,6 +1,6 @@
 """Reports: one run (:func:`render_report`) and models side by side (:func:`compare_runs`).
 
-Both render from files only (never import torch) into a self-contained folder: one
+Both render from files only (never import torch) into one folder that opens offline as it is: one
 ``index.html`` with CSS/JS inlined, ``thumbs/`` (JPEGs keyed by image sha256, made once and
 reused), and machine-readable tables beside it (Parquet + CSV).
 
@@ -65,6 +65,8 @@ def _summary_payload(ctx: dict, data, out: Path, rd: RunDir, table: dict, second
         "overall": clean(h["overall"]) if h else None,
         "by_category": {c["category"]: clean(c) for c in h["categories"]} if h else {},
         "by_template": {t["template"]: clean(t) for c in h["categories"] for t in c["templates"]} if h else {},
+        "by_split": {str(s["split"]): clean(s) for s in h["splits"]} if h else {},  # seen vs held-out compositions
+        "random_weights": ctx.get("random_weights"),
         "failure_types": fails,
         "scorer_agreement": [{"a": p["a"], "b": p["b"], "image_rate": p["image"]["rate"],
                               "image_kappa": p["image"]["kappa"], "question_rate": p["question"]["rate"],

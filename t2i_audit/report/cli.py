@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         scorer: Optional[str] = typer.Option(None, "--scorer", help="Scorer for the headline (default: most verdicts)."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
     ) -> None:
-        """Render RUN/report/index.html (self-contained, opens offline) + results.parquet/csv."""
+        """Render RUN/report/index.html (opens offline; its thumbnails lie beside it in thumbs/) + results.parquet/csv."""
         from . import render_report
 
         page = render_report(run, out_dir=out, progress=not quiet, scorer=scorer)

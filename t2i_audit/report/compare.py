@@ -190,8 +190,7 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
         for run, lab, r in zip(runs, labels, rows):
             path = run.rd.root / r["path"]
             sd = run.scorers[run.scorer_of(p0[key].get("category"))]
-            qs = [{"text": q.get("text"),
-                   "verdict": sd.questions.get((r["prompt_id"], s, q.get("id")), (None,))[0]}
+            qs = [{"text": q.get("text"), **sd.question(r["prompt_id"], s, q.get("id"))}
                   for q in run.prompts[r["prompt_id"]].get("questions", [])]
             cells.append({"model": lab, "verdict": r["verdict"], "failure_types": r["failure_types"],
                           "thumb": thumbs.ensure(path, r["sha256"]),
@@ -230,7 +229,10 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
             summary["category_rates"][str(r["value"])][r["model"]] = {k: r[k] for k in ("n", "k", "rate", "lo", "hi")}
     atomic_write_json(out / "compare.json", summary)
     used = set(pair_df["category"])
+    from .random_weights import random_weights_note
+
     ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note, "protocols": protocols,
+           "random_weights": random_weights_note([r.manifest for r in runs]),
            "deciding": rule.table({c: d for c, d in deciding.items() if c in used}),
            "verdict_sources": sorted({d["scorer"] for c, d in deciding.items() if c in used and d.get("scorer")}),
            "runs": [{"label": lab, "root": r.rd.root.name, "suites": ", ".join(s)}

@@ -26,6 +26,15 @@ class ScorerData:
     prompts: dict = field(default_factory=dict)     # (pid, sample) -> (verdict, failures)
     model: str = ""
     identities: set = field(default_factory=set)    # {(scorer_model, scorer_revision, judge protocol)} seen
+    skipped: dict = field(default_factory=dict)     # (pid, sample, qid) -> the failed questions it depends on
+
+    def question(self, pid: str, sample: int, qid) -> dict:
+        """One question's verdict and value as a page shows them; a question skipped because one it depends on
+        failed (DSG, scorers/verdicts.py) says so — never a "–" beside the answer's value, which reads as a pass."""
+        verdict, value = self.questions.get((pid, sample, qid), (None, None))
+        skipped = self.skipped.get((pid, sample, qid)) or []
+        return {"verdict": verdict, "skipped_by": skipped,
+                "value": value if isinstance(value, (int, float)) and not skipped else None}
 
 
 @dataclass
@@ -88,6 +97,9 @@ def read_scorer(path: Path, shas: dict) -> ScorerData:
             sd.prompts[key] = (r.get("verdict"), r.get("failures") or [])
         elif kind == "question" and r.get("question_id") is not None:
             sd.questions[key + (r["question_id"],)] = (r.get("verdict"), r.get("value"))
+            skipped_by = (r.get("extra") or {}).get("skipped_by") if isinstance(r.get("extra"), dict) else None
+            if skipped_by and r.get("verdict") is None:
+                sd.skipped[key + (r["question_id"],)] = [str(q) for q in skipped_by]
     return sd
 
 

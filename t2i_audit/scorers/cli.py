@@ -121,7 +121,12 @@ def register(app: typer.Typer) -> None:
         card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML."),
         force: bool = typer.Option(False, "--force", help="Replace an existing file at --export-sheet (never done otherwise)."),
     ) -> None:
-        """Agreement of scorers with labels (accuracy, Cohen's kappa, Kendall tau, Spearman rho, CIs)."""
+        """Agreement of scorers with labels (accuracy, Cohen's kappa, Kendall tau, Spearman rho, CIs).
+
+        The agreement measured here decides which scorer gives each category's verdicts (report, compare, probe,
+        predict) once a category has 50 labels (10 where the scorer's card has no measured agreement) of both kinds:
+        fewer never replace a card's measured figure, and κ on labels that are all yes (or all no) is undefined,
+        not chance. It prints what changes in that rule."""
         from ..cli_checks import require_inputs
         from .calibrate import calibrate, export_sheet as _export
 
@@ -133,6 +138,9 @@ def register(app: typer.Typer) -> None:
             n = _export(run, export_sheet, per=per, force=force)
             typer.echo(f"wrote {n} rows to {export_sheet}")
         if labels is not None:
+            from ..deciding import deciding_scorers
+
+            before = deciding_scorers(run)
             rep = calibrate(run, labels, scorers=scorer, positive=positive, n_boot=bootstrap,
                             fit_threshold=fit_threshold, folds=folds, extra_cards=[str(c) for c in card or []])
             from ..stats import shown, too_few
@@ -147,8 +155,11 @@ def register(app: typer.Typer) -> None:
                     for cat, m in cats.items():
                         few = m.get("too_few") or {}
                         reasons.update(few.values())
+                        reasons.update(f"κ {w}" for k, w in (m.get("undefined") or {}).items() if k == "kappa")
+                        kappa = "undefined" if "kappa" in (m.get("undefined") or {}) else \
+                            shown(m.get("kappa"), few.get("kappa"))
                         typer.echo(f"  {level:<8} {cat:<16} n={m['n']:<4} acc={shown(m.get('accuracy'), few.get('accuracy'))} "
-                                   f"{_ci(m.get('accuracy_ci'))} kappa={shown(m.get('kappa'), few.get('kappa'))} "
+                                   f"{_ci(m.get('accuracy_ci'))} kappa={kappa} "
                                    f"tau={shown(m.get('kendall_tau'), few.get('kendall_tau'))} "
                                    f"rho={shown(m.get('spearman_rho'), few.get('spearman_rho'))}")
                 for why in sorted(reasons):
@@ -161,6 +172,26 @@ def register(app: typer.Typer) -> None:
                                f"(cv accuracy {shown(t['cv_accuracy'], few)} vs {shown(t['cv_accuracy_previous'], few)}); "
                                f"card copy {t.get('card')}")
             typer.echo(f"report: {Path(run) / 'calibration' / 'report.json'}")
+            for line in deciding_changes(before, deciding_scorers(run)):
+                typer.echo(line)
+
+
+def deciding_changes(before: dict, after: dict) -> list[str]:
+    """What the labels change in the deciding rule (t2i_audit/deciding.py), category by category: the scorer
+    and the evidence it rests on before and after; set-aside calibrations say why."""
+    from ..deciding import table
+
+    def said(r: dict) -> str:
+        return f"{r['scorer'] or 'no scorer'} ({r['source']}{'' if r['agreement'] == '—' else ': ' + r['agreement']})"
+
+    was = {r["category"]: r for r in table(before)}
+    out = ["which scorer decides each category (the next report, compare, probe and predict):"]
+    for r in sorted(table(after), key=lambda r: str(r["category"])):
+        a = was.get(r["category"])
+        out.append(f"  {r['category']}: {said(r)} — unchanged" if a and said(a) == said(r)
+                   else f"  {r['category']}: {said(a) if a else 'none'} -> {said(r)}")
+        out += [f"    ({w.strip()})" for w in (r["why"] or "").split(";") if "set aside" in w]
+    return out
 
 
 def _ci(ci) -> str:

@@ -56,6 +56,12 @@ def step_at(fraction: float, n_steps: int) -> int:
     return max(0, math.ceil(fraction * n_steps - 1e-9) - 1)
 
 
+def step_label(index: int, loop_steps: int) -> str:
+    """How every command names a loop step: iterations done, of the loop ("step 4/20" for loop index 3) —
+    `probe --early`, `select --study`, the binding study and the report alike."""
+    return f"step {index + 1}/{loop_steps}"
+
+
 def slot_positions(pipe, texts: Sequence[str], prompts: Sequence[dict], call: dict | None):
     """Per prompt: ``{slot: key positions}``, the word-token positions, and the sequence length, from the
     pipeline's own tokenizer call (its first text encoder: SDXL's two CLIPs tokenize alike)."""
@@ -228,8 +234,8 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
     pipe = load_pipeline(card, device, s["dtype"]) if missing else None
     judge = PreviewJudge(rd, prompts, device) if (missing and previews) else None
     if progress and main:
-        print(f"[early] {len(rows)} images replayed to step {max(steps)} of {s['steps']} (steps {steps}) in "
-              f"{len(plan)} planned batches", file=sys.stderr)
+        print(f"[early] {len(rows)} images replayed to {step_label(max(steps), s['steps'])} (read at "
+              f"{', '.join(step_label(i, s['steps']) for i in steps)}) in {len(plan)} planned batches", file=sys.stderr)
     for c in missing:
         acc: dict[str, list] = {}
         for b in range(c * per_chunk, min((c + 1) * per_chunk, len(plan))):

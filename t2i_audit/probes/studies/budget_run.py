@@ -28,6 +28,7 @@ import numpy as np
 
 from ...errors import AuditError
 from ...rundir import RunDir, atomic_write_json, read_jsonl
+from .risks import MIN_TWIN_GROUPS, seeds_refusal
 from .selection import Staged, Whole, WholeMix, policy_from_dict, whole_at
 
 
@@ -57,6 +58,9 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
         raise AuditError(f"{path}: no selection study; run `t2i-audit select --from {from_run} --study` first")
     meta = read_json(summary)
     T, S = int(meta["loop_steps"]), int(meta["seeds_per_prompt"])
+    refusal = seeds_refusal(from_run, S, "a budget's policy (chosen by its selection study)")
+    if refusal:  # a study written before it refused one seed per prompt: its only policy is one random seed
+        raise AuditError(f"--budget {budget:g}: {refusal}")
     scored_ids = {p["id"] for p in records}
     scored_groups = {twin_group(p) for p in records}
     rows = read_jsonl(path, strict=True)
@@ -65,9 +69,10 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
         mine = [r for r in rows if r["category"] == cat and r["prompt_id"] not in scored_ids
                 and r["group"] not in scored_groups]
         pids = sorted({r["prompt_id"] for r in mine})
-        if len({r["group"] for r in mine}) < 5:
+        if len({r["group"] for r in mine}) < MIN_TWIN_GROUPS:
             raise AuditError(f"--budget: category {cat!r} has {len(pids)} prompts in the --from run's study outside "
-                             "the prompts scored now; the choice needs prompts it is not scored on (≥ 5 twin groups)")
+                             f"the prompts scored now; the choice needs prompts it is not scored on (≥ {MIN_TWIN_GROUPS}"
+                             " twin groups): score other prompts (--prompts), or study a larger --from run")
         at = {p: i for i, p in enumerate(pids)}
         groups = np.array([next(r["group"] for r in mine if r["prompt_id"] == p) for p in pids])
         per: dict = {}

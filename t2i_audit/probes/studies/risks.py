@@ -83,6 +83,33 @@ def layout(category: str, prompts: list[dict], row_of: dict, verdicts: dict, see
     return lay
 
 
+# The least a category of a run must hold before a seed-selection study (selection, binding, a budget choice) is
+# computed on it; below, the command says so and what to make, instead of printing NaN or an empty study.
+MIN_SEEDS = 2  # selection ranks the seeds of one prompt: with one seed there is nothing to choose among
+MIN_TWIN_GROUPS = 5  # grouped 5-fold CV needs a twin group per fold (stats.MIN_UNITS: independent units)
+
+
+def too_small(lay: "Layout") -> str | None:
+    """Why ``lay`` (one category) cannot be studied, with the minimum; None when it can."""
+    n_groups = len(set(lay.groups.tolist()))
+    outcomes = len(np.unique(lay.y_fail))
+    if n_groups >= MIN_TWIN_GROUPS and outcomes == 2:
+        return None
+    have = "both outcomes" if outcomes == 2 else "every image passing" if lay.y_fail.sum() == 0 and len(lay.y_fail) \
+        else "every image failing" if len(lay.y_fail) else "no image judged"
+    return (f"{lay.shape[0]} prompts in {n_groups} twin groups with every seed judged, {have}; a category needs "
+            f"≥ {MIN_TWIN_GROUPS} twin groups with both a passing and a failing image")
+
+
+def seeds_refusal(root, seeds: int, what: str) -> str | None:
+    """The refusal when a run has fewer than MIN_SEEDS images per prompt for ``what``, with what to do."""
+    if seeds >= MIN_SEEDS:
+        return None
+    return (f"{root}: {what} ranks the seeds of each prompt, and this run has {seeds} image per prompt (it needs "
+            f"≥ {MIN_SEEDS}; the pre-registered headline scans 6). Extend the run: rerun the command that made it "
+            f"with -n 8 added (the same command extends its run), then `t2i-audit probe {root} --early` again")
+
+
 class Risks:
     """Risk matrices ``(P, S)`` for one layout, cached on disk under ``cache_dir``."""
 
