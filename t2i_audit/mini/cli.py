@@ -122,7 +122,7 @@ def eval_generator_cmd(
 ) -> None:
     """Seen vs held-out success of the generator, judged by the pixel judge."""
     from ..cli_checks import require_input
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file
     from .evaluate import eval_generator
 
     require_input(model, "--model", "folder")
@@ -206,7 +206,7 @@ def render_cmd(
     """Render the ground-truth image of a mini caption."""
     import random
 
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file
     from .world import parse_caption, render
 
     claim_output_file(out, force=force)
