@@ -286,7 +286,7 @@ def kind_of(rel: "str | PurePosixPath") -> Optional[str]:
 # --- reading --------------------------------------------------------------------------------------
 
 
-def _key_path(loc) -> str:
+def key_path(loc) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -311,11 +311,11 @@ def problems_of(kind: str, value: Any) -> list[str]:
         return [f"<root>: expected a JSON object, not {type(value).__name__}"]
     where = _non_finite(value)
     if where is not None:
-        return [f"{_key_path(where)}: number {_get(value, where)} is not finite"]
+        return [f"{key_path(where)}: number {_get(value, where)} is not finite"]
     try:
         RECORD_KINDS[kind].model().model_validate(value)
     except ValidationError as e:
-        return [f"{_key_path(err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
+        return [f"{key_path(err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
                 + ("" if err["type"] == "missing" else f" (found {_shown(err.get('input'))})")
                 for err in e.errors(include_url=False)]
     return []
@@ -384,6 +384,19 @@ def read_document(path: "Path | str", kind: str) -> dict:
     if found:
         raise refusal(kind, str(path), found)
     return value
+
+
+def check_run(root: "Path | str", kinds: "tuple[str, ...] | list[str]") -> None:
+    """Read every file of ``kinds`` in the run folder ``root`` through its schema, now: a command that reads
+    them only after work it would lose (an extraction, a replay) refuses a damaged one before it starts."""
+    root = Path(root)
+    for kind in kinds:
+        spec = RECORD_KINDS[kind]
+        for path in sorted(root.glob(spec.pattern)):
+            if spec.lines:
+                read_records(path, kind)
+            else:
+                read_document(path, kind)
 
 
 def file_problems(path: Path, kind: str, where: str) -> list[str]:

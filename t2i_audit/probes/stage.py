@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import AuditError
+from ..records import check_run
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from .fit import linear
 from .capture.activations import load_activations, load_array
@@ -253,6 +254,10 @@ def _fit_key(rd: RunDir, metas: dict, encoders, **settings) -> str:
     return h.hexdigest()[:16]
 
 
+# the run's records the probe stage reads (labels: scores and calibration; the summary it rewrites)
+PROBE_READS = ("manifest", "summary", "scores", "calibration", "images", "activation-index")
+
+
 def write_summary(rd: RunDir, probes: dict) -> None:
     """Read-modify-write summary.json, touching only the "probes" key (under the writer lock)."""
     rd.update_summary("probes", probes)
@@ -276,6 +281,7 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
     prompts = rd.read_prompts()
     if not prompts:
         raise AuditError(f"{rd.prompts}: no prompts")
+    check_run(rd.root, PROBE_READS)  # before the extraction: a damaged record is refused, nothing written
     t0 = time.perf_counter()
     share_cpu(state, device)
     if state.is_main_process:
