@@ -280,6 +280,7 @@ def claim_output_dir(path: "Path | str", kind: str, *, command: Optional[str] = 
 
 
 def _create_marker(root: Path, kind: str, command: str, settings: Optional[Mapping], maker: Optional[Maker]) -> None:
+    new = not root.exists()
     with naming(root / MARKER):
         root.mkdir(parents=True, exist_ok=True)
     data = _marker_bytes(kind, command, settings)
@@ -292,8 +293,20 @@ def _create_marker(root: Path, kind: str, command: str, settings: Optional[Mappi
     except FileExistsError:  # another process claimed it first: fine if for the same command and settings
         check_claimable(root, kind, command=command, settings=settings)
         return
-    with naming(root / MARKER), os.fdopen(fd, "wb") as f:
-        rundir.persist(f, data)  # looked up at call time: a test that fills the disk fills it here too
+    except OSError:
+        if new:
+            with contextlib.suppress(OSError):
+                root.rmdir()  # the folder we made for it, empty: a full or read-only disk leaves nothing of ours
+        raise
+    try:
+        with naming(root / MARKER), os.fdopen(fd, "wb") as f:
+            rundir.persist(f, data)  # looked up at call time: a test that fills the disk fills it here too
+    except BaseException:
+        with contextlib.suppress(OSError):  # ours (O_EXCL): a marker never written is not left to be read
+            os.unlink(root / MARKER)
+            if new:
+                root.rmdir()
+        raise
 
 
 def claim_output_file(path: "Path | str", *, force: bool = False) -> Path:

@@ -24,9 +24,7 @@ import fcntl
 import json
 import math
 import os
-import resource
 import shutil
-import signal
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,6 +35,7 @@ from t2i_audit.ownership import MARKER, SHARED_KINDS, WRITERS
 from t2i_audit.records import RECORD_KINDS
 from t2i_audit.safeload import MAX_INPUT_BYTES
 
+from ..drills.test_drill_three import bounded
 from ..drills.test_record_kinds import SAMPLES
 from .test_command_properties import (CASES, IN_DIR, IN_FILE, OUT_DIR, OUT_FILE, _argv, _snapshot, invoke,
                                       world)  # noqa: F401 (world: the fixture of valid inputs)
@@ -294,28 +293,6 @@ def test_label_writing_into_the_run_takes_its_lock(world, tmp_path, monkeypatch,
 
 
 # --- (3) special files as inputs ---------------------------------------------------------------------------
-
-
-@contextmanager
-def bounded(seconds: int = 60, extra_bytes: int = 2 << 30):
-    """A refusal is instant: a read that never ends (a FIFO) or never stops growing (/dev/zero) fails this test
-    on a timer or a memory cap instead of hanging it or taking the machine down."""
-    def timeout(*_):
-        raise TimeoutError(f"no answer in {seconds} s (a read that never ends)")
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/statm") as f:
-        vm = int(f.read().split()[0]) * resource.getpagesize()
-    cap = vm + extra_bytes if hard == resource.RLIM_INFINITY else min(hard, vm + extra_bytes)
-    old = signal.signal(signal.SIGALRM, timeout)
-    signal.alarm(seconds)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _special(kind: str, tmp: Path, suffix: str) -> Path:
