@@ -262,7 +262,7 @@ class _Verifier:
             for path in sorted(self.rd.scores_dir.glob("*.jsonl")):
                 self.checked["stray"] += 1
                 if path.stem not in scorers:
-                    self.bad("stray", path, "no score stage of this run wrote or started it (manifest.json lists "
+                    self.bad("stray", path, "no score stage of this run wrote it or started it (manifest.json lists "
                                             f"{', '.join(sorted(scorers)) or 'no scorer'}): move it out of scores/")
         listed = {str(r.get("path")) for r in self.records.get(self.rd.images, [])}
         # what the resume reads besides images.jsonl (generate._done_items): the shards of every process
