@@ -86,11 +86,16 @@ class PromptRecord(Strict):
     twin: Optional[str] = None
 
 
-class ImageRecord(Strict):
-    """images.jsonl and its shards (generate.py ``_write_batch``)."""
+class OfAnImage(Strict):
+    """A record of one image of the run: its prompt and sample index."""
 
     prompt_id: Name
     sample: Count
+
+
+class ImageRecord(OfAnImage):
+    """images.jsonl and its shards (generate.py ``_write_batch``)."""
+
     path: RunPath
     sha256: Sha256
     seed: Optional[int] = None
@@ -120,12 +125,10 @@ class Failure(Strict):
     object: Optional[str] = None
 
 
-class ScoreRecord(Strict):
+class ScoreRecord(OfAnImage):
     """scores/<scorer>.jsonl and its shards (scorers/base.py ``record``): a verdict is true, false or null —
     never the string "false", which Python would count as a pass."""
 
-    prompt_id: Name
-    sample: Count
     kind: Literal["question", "metric", "prompt"] = "question"
     image_sha256: Optional[Sha256] = None
     scorer: Optional[str] = None
@@ -147,11 +150,9 @@ class ActivationRow(Strict):
     sample: Optional[Count] = None
 
 
-class ScanRecord(Strict):
+class ScanRecord(OfAnImage):
     """selection.jsonl (a ``select`` run): every scanned seed's risk and role."""
 
-    prompt_id: Name
-    sample: Count
     seed: int
     risk: Optional[Probability] = None  # a whole image's row has none
     kept: Optional[StrictBool] = None
@@ -159,11 +160,9 @@ class ScanRecord(Strict):
     made_with: Optional[str] = None
 
 
-class EarlyRisk(Strict):
+class EarlyRisk(OfAnImage):
     """probes/early_risk.jsonl: every image's out-of-fold risk per step (``probe --early``)."""
 
-    prompt_id: Name
-    sample: Count
     step: Count
     risk: Probability
     failed: Union[StrictBool, Annotated[int, Field(strict=True, ge=0, le=1)]]

@@ -74,10 +74,11 @@ def _summary(right: dict[str, list[bool]], n: int, seed: int) -> dict:
 
 
 def _update_card(path: Path, key: str, value) -> None:
+    from ..rundir import atomic_write_json
+
     card = json.loads(path.read_text()) if path.exists() else {}
     card[key] = value
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(card, indent=2))
+    atomic_write_json(path, card)  # whole or not at all: a full disk never leaves a torn card
 
 
 def eval_judges(judge_folder: Path | str | None, pixel_card: Path | str | None = None,

@@ -40,16 +40,20 @@ def _free(path: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
-def test_a_disk_that_really_fills_mid_generate_is_said_and_resumes_byte_identical(tmpfs, tmp_path, monkeypatch,
-                                                                                  capsys):
+def test_a_disk_that_really_fills_mid_generate_is_said_and_resumes_byte_identical(tmpfs, clean_tiny, tmp_path,
+                                                                                  monkeypatch, capsys):
     argv = {"--limit": "4"}
-    code, out = invoke(_tiny(tmp_path / "clean", **argv), tmp_path, monkeypatch, capsys)
-    assert code == 0, out
-    images = sum(p.stat().st_size for p in (tmp_path / "clean" / "images").rglob("*.png"))
-    # leave room for the run's small files and about half of its images: the disk fills between two batches
+    # what the whole run takes on this tmpfs (it counts whole pages), and its images' share of that
+    free = _free(tmpfs)
+    shutil.copytree(clean_tiny, tmpfs / "measure")
+    whole = free - _free(tmpfs)
+    shutil.rmtree(tmpfs / "measure")
+    page = os.statvfs(tmpfs).f_frsize
+    images = sum(-(-p.stat().st_size // page) * page for p in (clean_tiny / "images").rglob("*.png"))
+    # room for everything but half of the images: the disk fills between two batches of images
     filler = tmpfs / "filler"
     with open(filler, "wb") as f:
-        f.write(b"\0" * max(0, _free(tmpfs) - 64 * 1024 - images // 2))
+        f.write(b"\0" * max(0, _free(tmpfs) - (whole - images // 2)))
     code, out = invoke(_tiny(tmpfs / "run", **argv), tmp_path, monkeypatch, capsys)
     _refused(code, out, "no space left")
     kept = RunDir(tmpfs / "run").read_image_shards()
@@ -57,20 +61,17 @@ def test_a_disk_that_really_fills_mid_generate_is_said_and_resumes_byte_identica
     filler.unlink()  # space freed: the same command again
     code, out = invoke(_tiny(tmpfs / "run", **argv), tmp_path, monkeypatch, capsys)
     assert code == 0, out
-    assert _files(tmpfs / "run" / "images") == _files(tmp_path / "clean" / "images")
+    assert _files(tmpfs / "run" / "images") == _files(clean_tiny / "images")
     strip = lambda rd: [{k: v for k, v in r.items() if k != "seconds"} for r in rd.read_images()]  # noqa: E731
-    assert strip(RunDir(tmpfs / "run")) == strip(RunDir(tmp_path / "clean"))
+    assert strip(RunDir(tmpfs / "run")) == strip(RunDir(clean_tiny))
 
 
-def test_a_run_on_a_read_only_disk_is_read_and_never_written(tmpfs, tmp_path, monkeypatch, capsys):
-    argv = {"--limit": "2"}
-    code, out = invoke(_tiny(tmp_path / "made", **argv), tmp_path, monkeypatch, capsys)
-    assert code == 0, out
-    run = Path(shutil.copytree(tmp_path / "made", tmpfs / "run"))
+def test_a_run_on_a_read_only_disk_is_read_and_never_written(tmpfs, clean_tiny, tmp_path, monkeypatch, capsys):
+    run = Path(shutil.copytree(clean_tiny, tmpfs / "run"))  # a finished run, on a disk then made read-only
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
     before = _files(run)
     for cmd in (["report", str(run), "-q"], ["score", str(run), "-s", "tiny-clip", "--device", "cpu", "-q"],
-                _tiny(run, **argv)):  # `run` on the finished run: the same command that made it
+                _tiny(run, **{"--limit": "4"})):  # `run` on the finished run: the same command that made it
         code, out = invoke(cmd, tmp_path, monkeypatch, capsys)
         _refused(code, out, "the file system is read-only (EROFS)", str(run))
     assert _files(run) == before
