@@ -18,7 +18,9 @@ values (a failure type, a stage status). Keys a newer version may add are let th
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -239,8 +241,13 @@ class RecordKind:
     redo: str  # what rewrites it: the advice when it is refused
 
     def model(self) -> type[BaseModel]:
-        module, _, name = self.schema.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return _schema(self.schema)
+
+
+@functools.lru_cache(maxsize=None)
+def _schema(ref: str) -> type[BaseModel]:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 _HERE = __name__
@@ -292,6 +299,18 @@ def key_path(loc) -> str:
     return out or "<root>"
 
 
+def _finite(value) -> bool:
+    """Every number in a JSON value is finite (the quick pass; :func:`_non_finite` finds where, when not)."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(map(_finite, value.values()))
+    if kind is list:
+        return all(map(_finite, value))
+    return True
+
+
 def _non_finite(value, loc=()) -> Optional[tuple]:
     """The key path of the first NaN or infinity in a JSON value (None: every number is finite)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -308,8 +327,8 @@ def problems_of(kind: str, value: Any) -> list[str]:
     """What is wrong with one record of ``kind`` (``"key: reason"``; empty: sound)."""
     if not isinstance(value, dict):
         return [f"<root>: expected a JSON object, not {type(value).__name__}"]
-    where = _non_finite(value)
-    if where is not None:
+    if not _finite(value):
+        where = _non_finite(value)
         return [f"{key_path(where)}: number {_get(value, where)} is not finite"]
     try:
         RECORD_KINDS[kind].model().model_validate(value)
@@ -327,8 +346,6 @@ def _get(value, loc):
 
 
 def _shown(v) -> str:
-    import json
-
     text = json.dumps(v, ensure_ascii=True, default=str)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -396,26 +413,3 @@ def check_run(root: "Path | str", kinds: "tuple[str, ...] | list[str]") -> None:
                 read_records(path, kind)
             else:
                 read_document(path, kind)
-
-
-def file_problems(path: Path, kind: str, where: str) -> list[str]:
-    """``verify``'s view: every unsound record of a file (``"where:line: key: reason"``), without raising.
-    Lines that do not parse are the JSON check's to report."""
-    out = []
-    if RECORD_KINDS[kind].lines:
-        raw = read_bytes(path).split(b"\n")
-        for i, line in enumerate(raw, 1):
-            if not line.strip():
-                continue
-            try:
-                value = loads_json(line, f"{where}:{i}", finite=False)
-            except AuditError:
-                continue
-            out += [f"{where}:{i}: {p}" for p in problems_of(kind, value)[:1]]
-    else:
-        try:
-            value = loads_json(read_bytes(path), where, finite=False)
-        except AuditError:
-            return []
-        out += [f"{where}: {p}" for p in problems_of(kind, value)[:MAX_LISTED]]
-    return out
