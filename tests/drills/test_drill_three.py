@@ -97,6 +97,17 @@ def test_a_suite_edited_in_place_is_not_resumed_as_the_old_one(tmp_path, monkeyp
     assert _files(tmp_path / "run") == before
 
 
+def test_the_prompt_digest_covers_the_whole_records_and_still_matches_an_older_marker():
+    records = api.expand_suites([str(REPO / "prompts" / "mini.yaml")], 4)
+    edited = [{**r, "category": "other"} if i == 0 else r for i, r in enumerate(records)]
+    assert api.prompt_digest(records) != api.prompt_digest(edited)  # texts and ids the same
+    assert api.prompt_digest(records).startswith("4 prompts, content sha256 ")
+    lines = "\n".join(f"{r['id']}\t{r['text']}" for r in records)  # what a marker recorded before
+    older = f"4 prompts, sha256 {hashlib.sha256(lines.encode()).hexdigest()[:16]}"
+    assert api.prompt_digest(records, older) == older  # a run made before still resumes
+    assert api.prompt_digest(records[:3], older) != older
+
+
 def _tiny(out: Path, **kw) -> list[str]:
     """A tiny-sd run of 2 prompts at 2 steps: images in about a second."""
     args = {"--limit": "2", "--steps": "2", "-n": "2", "--batch-size": "2", **kw}
