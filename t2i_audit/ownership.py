@@ -330,7 +330,7 @@ def require_kind(path: "Path | str", kind: str) -> Path:
     writing until the command ends (:func:`command_scope`)."""
     root = Path(path)
     if not root.is_dir():
-        raise AuditError(f"{root}: not found (or not a folder)")
+        raise AuditError(f"{root}: {kind} directory not found (or not a folder)")
     found = folder_kind(root)
     if found != kind:
         what = f"a t2i-audit {found}" if found else "not made by t2i-audit"

@@ -132,7 +132,7 @@ class ScoreRecord(OfAnImage):
     never the string "false", which Python would count as a pass."""
 
     kind: Literal["question", "metric", "prompt"] = "question"
-    image_sha256: Optional[Sha256] = None
+    image_sha256: Optional[str] = None  # compared with the image's: any other value is a stale record
     scorer: Optional[str] = None
     scorer_model: Optional[str] = None
     question_id: Optional[str] = None
