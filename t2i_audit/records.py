@@ -22,6 +22,7 @@ import functools
 import importlib
 import json
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Callable, Iterator, Literal, Optional, Union
@@ -238,7 +239,12 @@ class RecordKind:
     pattern: str  # where it lives, relative to the run folder (fnmatch; "*" does not cross "/")
     schema: str  # "module:Class"
     lines: bool  # JSONL (one record a line) or one JSON document
-    redo: str  # what rewrites it: the advice when it is refused
+    redo: str  # what rewrites it: the advice when it is refused (RUN: the run folder, NAME: the scorer)
+
+    def advice(self, path: Path) -> str:
+        """:attr:`redo` for the file ``path``, with its run folder and scorer filled in: a command to copy."""
+        root = Path(path).parents[self.pattern.count("/")]
+        return self.redo.replace("RUN", shlex.quote(str(root))).replace("NAME", Path(path).stem.split(".rank")[0])
 
     def model(self) -> type[BaseModel]:
         return _schema(self.schema)
@@ -350,11 +356,11 @@ def _shown(v) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def refusal(kind: str, where: str, found: list[str]) -> AuditError:
-    """The error for a record of ``kind`` at ``where`` (``file:line`` or file) with ``found`` problems."""
+def refusal(kind: str, path: Path, where: str, found: list[str]) -> AuditError:
+    """The error for a record of ``kind`` in ``path`` at ``where`` (``file:line`` or file) with ``found`` problems."""
     more = f" (and {len(found) - MAX_LISTED} more)" if len(found) > MAX_LISTED else ""
     return AuditError(f"{where}: not a sound {kind} record: {'; '.join(found[:MAX_LISTED])}{more} — edited or "
-                      f"damaged since t2i-audit wrote it; {RECORD_KINDS[kind].redo}")
+                      f"damaged since t2i-audit wrote it; {RECORD_KINDS[kind].advice(path)}")
 
 
 def _seen(kind: str, path: Path) -> None:
@@ -370,7 +376,7 @@ def iter_records(path: "Path | str", kind: str, *, strict: bool = False) -> Iter
     for i, value in jsonl_lines(path, strict=strict):
         found = problems_of(kind, value)
         if found:
-            raise refusal(kind, f"{path}:{i}", found)
+            raise refusal(kind, path, f"{path}:{i}", found)
         yield i, value
 
 
@@ -398,7 +404,7 @@ def read_document(path: "Path | str", kind: str) -> dict:
     value = loads_json(read_bytes(path), str(path), finite=False)  # NaN is named by its key below
     found = problems_of(kind, value)
     if found:
-        raise refusal(kind, str(path), found)
+        raise refusal(kind, path, str(path), found)
     return value
 
 

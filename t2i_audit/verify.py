@@ -91,7 +91,7 @@ class _Verifier:
                 found = problems_of(kind, value)
                 if found:
                     self.unsound.add(path)
-                    self.bad("fields", path, f"{'; '.join(found[:3])} — {RECORD_KINDS[kind].redo}")
+                    self.bad("fields", path, f"{'; '.join(found[:3])} — {RECORD_KINDS[kind].advice(path)}")
         for path in sorted(self._files("*.jsonl")):
             self.checked["json"] += 1
             self.records[path] = self._sound(path, self._parse_jsonl(path))
@@ -114,7 +114,7 @@ class _Verifier:
             first = next(iter(bad))
             self.bad("fields", path, f"{len(bad)} record(s) its readers refuse: line(s) "
                                      + ", ".join(map(str, list(bad)[:5])) + (" …" if len(bad) > 5 else "")
-                                     + f" (first, line {first}: {bad[first]}) — {RECORD_KINDS[kind].redo}")
+                                     + f" (first, line {first}: {bad[first]}) — {RECORD_KINDS[kind].advice(path)}")
         return good
 
     def _files(self, pattern: str):

@@ -185,6 +185,42 @@ def test_a_full_disk_mid_generate_is_said_once_and_verifys_advice_followed_loses
     assert code == 0, out
 
 
+def test_verifys_advice_on_damaged_scores_followed_to_the_letter_redoes_them_identically(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """A record edited by hand (fields), a line appended twice (records), a user's file in scores/ (stray): each
+    piece of advice, done as written — the commands it names run as printed — ends with the run's own records."""
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    code, out = invoke([*_tiny(run), "--stages", "prompts,generate,score", "--scorer", "tiny-clip"], tmp_path,
+                       monkeypatch, capsys)
+    assert code == 0, out
+    shutil.copytree(run, ref)
+    scores = run / "scores" / "tiny-clip.jsonl"
+    recs = [json.loads(line) for line in scores.read_text().splitlines()]
+    i = next(k for k, r in enumerate(recs) if isinstance(r["verdict"], bool))
+    recs[i]["verdict"] = str(recs[i]["verdict"]).lower()  # "false" or "true", a string
+    scores.write_text("".join(json.dumps(r) + "\n" for r in recs + recs[-1:]))  # the last line twice
+    shutil.copy(ref / "scores" / "tiny-clip.jsonl", run / "scores" / "mine.jsonl")
+    code, out = invoke(["verify", str(run), "--json"], tmp_path, monkeypatch, capsys)
+    result = json.loads(out)
+    assert {p["category"] for p in result["problems"]} == {"fields", "records", "stray"}, result["problems"]
+    for category in ("stray", "fields", "records"):
+        for p in (p for p in result["problems"] if p["category"] == category):
+            path = run / p["path"]
+            if category == "stray":  # "move the files listed as stray … out of the run directory"
+                shutil.move(path, tmp_path / path.name)
+            elif category == "fields":  # "… — remove the file and rerun `t2i-audit score RUN --scorer tiny-clip`"
+                path.unlink()
+                command = p["problem"].rsplit("`t2i-audit ", 1)[1].rstrip("`").split()
+                code, out = invoke(command, tmp_path, monkeypatch, capsys)
+                assert code == 0, out
+            else:  # "remove the duplicated lines (keep the first), then rerun the stage": the rerun wrote it anew
+                assert len(set(path.read_text().splitlines())) == len(path.read_text().splitlines())
+    assert scores.read_bytes() == (ref / "scores" / "tiny-clip.jsonl").read_bytes()
+    assert _files(run / "images") == _files(ref / "images")
+    code, out = invoke(["verify", str(run)], tmp_path, monkeypatch, capsys)
+    assert code == 0, out
+
+
 def test_verify_never_calls_a_killed_score_stages_file_stray(two_runs, tmp_path, monkeypatch, capsys):
     """A score stage killed before it recorded its counts has written scores/<scorer>.jsonl: it is the run's."""
     a, _ = two_runs
