@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import importlib
 import importlib.metadata
+import json
 import platform
 import sys
 import time
@@ -27,7 +28,7 @@ from .errors import AuditError
 from .prompts import expand_files, sample_records, stable_hash
 from .ownership import claim_output_dir
 from .resume import settings_id
-from .rundir import RunDir, RunLock, atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
+from .rundir import RunDir, RunLock, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from .safeload import load_yaml
 
 STAGES = ("prompts", "generate", "score", "probe", "report")
@@ -130,21 +131,51 @@ NOT_IDENTITY = {"out", "stages", "device", "batch_size", "compile", "offload", "
 VARIANT = {"loras", "components"}
 
 
-def prompt_digest(records: list[dict]) -> str:
-    """The prompts by content (ids and texts, in order): `--prompts ./x.yaml` and `x.yaml` are one set, an
-    edited suite another."""
-    lines = "\n".join(f"{r['id']}\t{r.get('text', '')}" for r in records)
-    return f"{len(records)} prompts, sha256 {hashlib.sha256(lines.encode()).hexdigest()[:16]}"
+def prompt_digest(records: list[dict], recorded: Optional[str] = None) -> str:
+    """The prompts by content — the whole records (categories, questions, slots, splits …), canonically
+    serialised, in order: `--prompts ./x.yaml` and `x.yaml` are one set, a suite edited in place (a category or
+    a question changed, texts the same) another. ``recorded``: the digest a folder recorded; one recorded
+    before digests covered the whole records (ids and texts only) is kept when those still match."""
+    canonical = json.dumps(records, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    digest = f"{len(records)} prompts, content sha256 {hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+    if recorded is not None and recorded != digest:
+        lines = "\n".join(f"{r['id']}\t{r.get('text', '')}" for r in records)
+        if recorded == f"{len(records)} prompts, sha256 {hashlib.sha256(lines.encode()).hexdigest()[:16]}":
+            return recorded
+    return digest
 
 
-def run_identity(cfg: RunConfig, card, records: list[dict]) -> dict:
+def run_identity(cfg: RunConfig, card, records: list[dict], recorded: Optional[dict] = None) -> dict:
     """The settings that determine what a run folder holds, as its marker records them (ownership.py): the
     resolved settings (the card's defaults filled in, as in run.yaml and the fingerprint, so a
     `run --config RUN/run.yaml` resume matches) with the prompts by content. Not ``images_per_prompt``:
     more samples extend a run (the images made stay, each with its own seed), as `-n` always did."""
     filled = RunConfig.model_validate({**cfg.model_dump(), **resolved_settings(cfg, card)})
     return {**filled.model_dump(exclude=NOT_IDENTITY | VARIANT | {"prompts", "images_per_prompt"}),
-            **cfg.variant().identity(), "prompts": prompt_digest(records)}
+            **cfg.variant().identity(), "prompts": prompt_digest(records, (recorded or {}).get("prompts"))}
+
+
+def recorded_settings(root: "Path | str") -> Optional[dict]:
+    """The settings a run folder's marker records (None: new folder, or none recorded)."""
+    from .ownership import folder_maker
+
+    maker = folder_maker(root) if Path(root).is_dir() else None
+    return maker.settings if maker is not None else None
+
+
+def chosen_scorers(cfg: RunConfig, card) -> Optional[list[str]]:
+    """The scorers `run` scores with: ``--scorer``, else the model card's (None: the defaults per category)."""
+    return cfg.scorers if cfg.scorers is not None else (list(card.scorers) or None)
+
+
+def refuse_fewer_samples(run: RunDir, cfg: RunConfig) -> None:
+    """A run that holds N images per prompt is never continued with fewer: images.jsonl would be rewritten
+    without the others (and run.yaml would say fewer). Refused before anything is written."""
+    made = max((r["sample"] for r in run.read_images() + run.read_image_shards()), default=-1) + 1
+    if cfg.images_per_prompt < made:
+        raise AuditError(f"{run.root}: holds {made} images per prompt; --images-per-prompt/-n "
+                         f"{cfg.images_per_prompt} would drop the records of the others from images.jsonl — rerun "
+                         f"with -n {made} (or more, to add images) to continue it, or choose another --out")
 
 
 def load_config(path: str | Path, **overrides) -> RunConfig:
@@ -230,7 +261,7 @@ def prepare_run(cfg: RunConfig, card, records: list[dict], *, root: Optional[Pat
     run, for a run another command than ``run`` makes (``verify`` and a refused claim advise it)."""
     run = RunDir(root or cfg.out or default_run_dir(cfg, card))
     if run.prompts.exists():
-        old = [r["id"] for r in read_jsonl(run.prompts)]
+        old = [r["id"] for r in run.read_prompts()]
         if old != [r["id"] for r in records]:
             raise AuditError(f"{run.root}: this run directory holds other prompts (made by another config); "
                              "choose another --out or remove it")
@@ -281,8 +312,10 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     state = process_state(device)  # created once; every stage shares its work between processes
     run = RunDir(cfg.out or default_run_dir(cfg, card))
     # a new or empty folder, or a run this command made with these settings: never write over someone's files
-    claim_output_dir(run.root, "run", command="run", settings=run_identity(cfg, card, records))
+    claim_output_dir(run.root, "run", command="run",
+                     settings=run_identity(cfg, card, records, recorded_settings(run.root)))
     with RunLock(run.root, state.process_index):
+        refuse_fewer_samples(run, cfg)
         if state.is_main_process:
             prepare_run(cfg, card, records)
         state.wait_for_everyone()
@@ -296,7 +329,7 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         main = state.is_main_process
         categories = {r["category"] for r in records}
         if "score" in cfg.stages:
-            chosen = cfg.scorers if cfg.scorers is not None else (list(card.scorers) or None)
+            chosen = chosen_scorers(cfg, card)
             with _recorded(run, "score", main):  # every process scores its share; the main one merges
                 score_stage(run, chosen, categories, device=device, batch_size=score_batch_size(cfg, device),
                             progress=progress, tiny=card.tiny, state=state)
@@ -331,8 +364,9 @@ def _recorded(run: RunDir, stage: str, main: bool = True):
     try:
         yield
     except Exception as e:
-        if main:
-            run.update_stage(stage, status="failed", error=f"{type(e).__name__}: {e}")
+        if main:  # on a full or read-only disk this write fails too: the stage's own error is the one to tell
+            with contextlib.suppress(OSError):
+                run.update_stage(stage, status="failed", error=f"{type(e).__name__}: {e}")
         raise
 
 

@@ -70,10 +70,12 @@ def run(
 ):
     """Generate, score, probe and report: every stage, resuming work already on disk."""
     from . import api
-    from .cli_checks import require_input
+    from .cli_checks import require_input, require_suite
 
     if config is not None:
         require_input(config, "--config")
+    for p in prompts or ():  # before any work: a FIFO or /dev/zero would never end
+        require_suite(p)
     given = {"model": model, "prompts": [str(p) for p in prompts] if prompts else None, "limit": limit,
              "images_per_prompt": images_per_prompt, "seed": seed, "batch_size": batch_size, "device": device,
              "dtype": dtype, "steps": steps, "guidance": guidance, "size": size,
@@ -143,8 +145,11 @@ def models_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-reada
 def prompts_validate(files: List[Path] = typer.Argument(..., help="Suite YAML files, or shipped suites' names "
                                                        "(colors, spatial, mini …).")):
     """Validate suites strictly; print prompt counts, or every problem with file:line."""
+    from .cli_checks import require_suite
     from .prompts import expand_files, template_counts
 
+    for f in files:
+        require_suite(f, "FILES")
     records = expand_files(files)
     for key, c in template_counts(records).items():
         typer.echo(f"ok  {key:<40} {c['prompts']:>6} prompts  ({c['category']}; {c['heldout']} held out, {c['twins']} with twins)")
@@ -156,8 +161,10 @@ def prompts_show(file: Path = typer.Argument(..., help="A suite YAML, or a shipp
                  limit: int = typer.Option(5, "--limit", "-n", help="Sample prompts shown per template."),
                  as_json: bool = typer.Option(False, "--json", help="Full records instead of text lines.")):
     """Counts per template and sample prompts with their questions."""
+    from .cli_checks import require_suite
     from .prompts import expand_files, template_counts
 
+    require_suite(file, "FILE")
     records = expand_files([file])
     for key, c in template_counts(records).items():
         typer.echo(f"{key}: {c['prompts']} prompts ({c['category']})")
@@ -183,8 +190,11 @@ def prompts_export(files: List[Path] = typer.Argument(..., help="Suite YAML file
                    force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise).")):
     """Expand suites to a JSONL file of PromptRecords."""
     from .api import export_prompts
-    from .rundir import claim_output_file
+    from .cli_checks import require_suite
+    from .ownership import claim_output_file
 
+    for f in files:
+        require_suite(f, "FILES")
     claim_output_file(out, force=force)
     n = export_prompts([str(f) for f in files], out, limit, seed)
     typer.echo(f"wrote {n} prompts to {out}")
@@ -215,7 +225,8 @@ def prompts_import(
     """Import GenEval, T2I-CompBench or DPG-Bench prompts as PromptRecords (slots, questions, categories)."""
     from .cli_checks import require_inputs
     from .importers import import_prompts, parse_summary
-    from .rundir import atomic_write_jsonl, claim_output_file
+    from .ownership import claim_output_file
+    from .rundir import atomic_write_jsonl
 
     require_inputs(vocab, "--vocab")  # every format: a path given must exist, whether or not it is read
     claim_output_file(out, force=force)  # before the import's (and the question generator's) work
@@ -248,10 +259,14 @@ def label_cmd(
 ):
     """A self-contained labelling page (opens offline); its export is the CSV `calibrate --labels` reads."""
     from .report.label import render_label_page
-    from .rundir import claim_output_file
+    from .ownership import claim_output_file
 
     if out is not None:  # the default lies in the run's own report folder
         claim_output_file(out, force=force)
+    else:  # writes into the run: a run's folder only, locked while this command writes
+        from .ownership import require_kind
+
+        require_kind(run_dir, "run")
 
     typer.echo(str(render_label_page(run_dir, n=n, seed=seed, out=out, progress=not quiet)))
 
@@ -271,14 +286,26 @@ _register_plugins()
 
 
 def main() -> None:
-    try:
-        app()
-    except AuditError as e:
-        typer.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("interrupted: finished work is on disk; rerun the same command to resume", err=True)
-        sys.exit(130)
+    from .oserrors import first_actionable
+    from .ownership import command_scope
+    from .terminal import printable_echo
+
+    with printable_echo():
+        try:
+            with command_scope():  # the folders this command writes stay locked until it ends
+                app()
+        except AuditError as e:
+            typer.echo(f"error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            typer.echo("interrupted: finished work is on disk; rerun the same command to resume", err=True)
+            sys.exit(130)
+        except OSError as e:  # a full or read-only disk, no permission: said once here for every command
+            said = first_actionable(e)
+            if said is None:
+                raise
+            typer.echo(f"error: {said}", err=True)
+            sys.exit(said.exit_code)
 
 
 if __name__ == "__main__":

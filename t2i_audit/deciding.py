@@ -32,9 +32,10 @@ A card's structured ``known_agreement`` (a human note ``figure`` + ``source`` st
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable, Mapping
+
+from .records import read_document, read_records, score_records
 
 MIN_LABELS = 10          # fewer calibrated labels than this on a category is no evidence
 # labels on a category before calibrate's measured agreement replaces a card's measured known_agreement: at 80 %
@@ -132,10 +133,7 @@ def calibration_evidence(run_dirs: Iterable) -> dict:
         path = _root(run) / "calibration" / "report.json"
         if not path.exists():
             continue
-        try:
-            reports.append(json.loads(path.read_text()))
-        except json.JSONDecodeError:
-            continue  # a torn/corrupt report is no evidence; calibrate rewrites it atomically
+        reports.append(read_document(path, "calibration"))  # written whole (atomically): damage is an edit, refused
     return pool_calibration(reports)
 
 
@@ -218,16 +216,13 @@ def _fmt(ev: Mapping) -> str:
 def decided_counts(run_dir) -> dict:
     """{scorer: {category: prompt verdicts given}} from ``scores/*.jsonl`` of one run (the
     category of the prompt in prompts.jsonl, else the record's own)."""
-    from .rundir import read_jsonl
-
     root = _root(run_dir)
-    cat_of = {p["id"]: p.get("category") for p in read_jsonl(root / "prompts.jsonl")} \
-        if (root / "prompts.jsonl").exists() else {}
+    cat_of = {p["id"]: p.get("category") for p in read_records(root / "prompts.jsonl", "prompts")}
     out: dict = {}
     scores = root / "scores"
     for path in sorted(scores.glob("*.jsonl")) if scores.is_dir() else []:
         counts = out.setdefault(path.stem, {})
-        for r in read_jsonl(path):
+        for r in score_records(path):
             if r.get("kind") == "prompt" and r.get("verdict") is not None:
                 c = cat_of.get(r.get("prompt_id"), r.get("category"))
                 counts[c] = counts.get(c, 0) + 1

@@ -35,7 +35,7 @@ from typing import Optional
 from .errors import AuditError
 from .families import pipeline_family
 from .models import ModelCard
-from .rundir import RunDir, append_jsonl, atomic_write_bytes, atomic_write_jsonl, read_jsonl, repair_jsonl
+from .rundir import RunDir, append_jsonl, atomic_write_bytes, atomic_write_jsonl, repair_jsonl
 
 DTYPES = ("float32", "float16", "bfloat16")
 BLACK_MAX = 0.02  # an image whose brightest pixel is below this (of 1.0) is flagged "black"
@@ -337,9 +337,8 @@ def _done_items(run: RunDir) -> dict[tuple[str, int], dict]:
     from .rundir import file_sha256
 
     candidates: dict[tuple[str, int], list[dict]] = {}
-    for src in [run.images, *sorted((run.root / "shards").glob("images.rank*.jsonl"))]:
-        for rec in read_jsonl(src):
-            candidates.setdefault((rec["prompt_id"], rec["sample"]), []).append(rec)
+    for rec in run.read_images() + run.read_image_shards():  # each record checked (t2i_audit.records)
+        candidates.setdefault((rec["prompt_id"], rec["sample"]), []).append(rec)
     done = {}
     for key, recs in candidates.items():
         digests: dict[str, Optional[str]] = {}

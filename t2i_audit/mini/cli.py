@@ -132,8 +132,7 @@ def eval_generator_cmd(
     names a generator of your own. The full suite at 4 images per prompt takes about 13 minutes on 2 CPU cores
     (--limit / --every / --samples make it shorter)."""
     from ..cli_checks import require_input
-    from ..ownership import refuse_package_path
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file, refuse_package_path
     from .evaluate import eval_generator
 
     require_input(model, "--model", "folder")
@@ -217,14 +216,18 @@ def render_cmd(
     force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
 ) -> None:
     """Render the ground-truth image of a mini caption."""
+    import io
     import random
 
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file
+    from ..rundir import atomic_write_bytes
     from .world import parse_caption, render
 
     claim_output_file(out, force=force)
     scene = parse_caption(text, random.Random(seed))
-    render(scene, size).save(out, format="PNG")  # --out names a PNG whatever its extension
+    buf = io.BytesIO()
+    render(scene, size).save(buf, format="PNG")  # --out names a PNG whatever its extension
+    atomic_write_bytes(out, buf.getvalue())  # whole or not at all (a full disk leaves no torn PNG)
     typer.echo(f"{out}: {text}")
 
 

@@ -75,8 +75,7 @@ def _summary(right: dict[str, list[bool]], n: int, seed: int) -> dict:
 
 def _update_card(path: Path, key: str, value) -> None:
     from ..ownership import refuse_package_path
-    from ..rundir import atomic_write_text
-
+    from ..rundir import atomic_write_json
     from ..safeload import read_json
 
     refuse_package_path(path, "card")  # the shipped cards are never rewritten (issue 37)
@@ -87,7 +86,7 @@ def _update_card(path: Path, key: str, value) -> None:
         raise AuditError(f"{path}: expected a JSON object (a card); not rewriting it")
     card[key] = value
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(card, indent=2))
+    atomic_write_json(path, card)  # whole or not at all: a full disk never leaves a torn card
 
 
 def eval_judges(judge_folder: Path | str | None, pixel_card: Path | str | None = None,

@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..rundir import atomic_write_text, claim_output_dir
+from ..ownership import claim_output_dir
+from ..rundir import atomic_write_text
 from .sweep_stats import _r, aggregate
 from .world import COLORS, HELDOUT_PAIRS, SHAPES
 

@@ -19,7 +19,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..rundir import atomic_write_text, claim_output_dir
+from ..ownership import claim_output_dir
+from ..rundir import atomic_write_text
 from .world import HELDOUT_PAIRS, caption, render_batch, sample_scene
 
 GRID_PROMPTS = (

@@ -155,7 +155,7 @@ def predict(
     require_suite(prompts)  # before --from's probe is read: each input named on its own
     _from_folder(from_run, run=False)
     out = out or prompts.with_name(prompts.stem + ".risk.jsonl")
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file
 
     claim_output_file(out, force=force)  # before any work, --early too: never replace a file unasked
     variant = _variant(from_run, model, lora, component)  # the probe was fitted on the --from run's variant
@@ -275,7 +275,10 @@ def select(
 
         check_claimable(out, "run", command="select")
     _from_folder(from_run, run=True)
-    if study:
+    if study:  # probes/ of the --from run are written: locked while this command writes them
+        from ..ownership import require_kind
+
+        require_kind(from_run, "run")
         _study(from_run, binding=binding, device=device, quiet=quiet, n_boot=bootstrap,
                variant=_variant(from_run, model, lora, component))
         return
@@ -319,7 +322,7 @@ def select(
 def _expanded(cfg) -> list[dict]:
     from ..api import expand_suites
 
-    return expand_suites(cfg.prompts, cfg.limit, cfg.seed)
+    return expand_suites(cfg.prompts, cfg.limit, 0)  # as select_run: the subset `run --limit N` takes
 
 
 def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: int = 2000, variant=None) -> None:

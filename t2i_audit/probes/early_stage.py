@@ -17,8 +17,10 @@ import numpy as np
 from .. import stats
 from ..errors import AuditError
 from ..prompts import twin_group
-from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
+from ..records import check_run
+from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from .fit import per_image
+from .stage import PROBE_READS
 from .capture.early import DEFAULT_FRACTIONS, extract_early_features, load_early, step_label
 from .fit.linear import grouped_folds, onehot_constituents
 
@@ -32,7 +34,7 @@ def image_verdicts(rd: RunDir, prompts: Sequence[dict], scorer: str | None = Non
     cat_of = {p["id"]: p.get("category") for p in prompts}
     verdicts, others = {}, {}
     for path in sorted(rd.scores_dir.glob("*.jsonl")) if rd.scores_dir.exists() else []:
-        for r in read_jsonl(path):
+        for r in rd.read_scores(path):
             if r.get("kind") != "prompt" or r.get("verdict") is None:
                 continue
             key = (r["prompt_id"], int(r.get("sample", 0)))
@@ -188,6 +190,7 @@ def run_early_stage(run_dir, *, model: str, device: str = "cpu", fractions: Sequ
     if not (rd.scores_dir.is_dir() and any(rd.scores_dir.glob("*.jsonl"))):  # before the replay's work
         raise AuditError(f"{rd.scores_dir}: no scores; the per-image probes learn from each image's verdict — run "
                          f"`t2i-audit score {rd.root}` first ({kept})")
+    check_run(rd.root, PROBE_READS)  # before the replay: a damaged record is refused, nothing written
     meta = extract_early_features(rd, model, device=device, fractions=fractions, previews=previews,
                                   progress=progress, state=state, variant=variant)
     if not meta:  # a non-main process

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_jsonl, claim_output_file, read_jsonl
+from ..ownership import claim_output_file
+from ..rundir import RunDir, atomic_write_jsonl, read_jsonl
 from .capture.activations import encoder_fingerprint, resolve_text_encoders
 
 

@@ -13,7 +13,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
+from ..records import check_run
+from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from .fit import linear
 from .capture.activations import load_activations, load_array
 
@@ -48,7 +49,7 @@ def success_rates(rd: RunDir, scorer: str | None = None, *,
     votes: dict[str, list[float]] = {}
     for name in used:
         path = rd.scores(name)
-        for r in read_jsonl(path) if path.exists() else []:
+        for r in rd.read_scores(path):
             if (r.get("kind") == "prompt" and r.get("verdict") is not None
                     and by_cat.get(cat_of.get(r["prompt_id"])) == name):
                 votes.setdefault(r["prompt_id"], []).append(float(bool(r["verdict"])))
@@ -240,15 +241,6 @@ def _summarize(dec, fail, corr, *, scorers, n_labelled, probe_file, seconds) -> 
     return out
 
 
-def _read_summary(rd: RunDir) -> dict:
-    if not rd.summary.exists():
-        return {}
-    try:
-        return json.loads(rd.summary.read_text())
-    except json.JSONDecodeError as e:
-        raise AuditError(f"{rd.summary}: corrupted summary ({e.msg})") from None
-
-
 def _fit_key(rd: RunDir, metas: dict, encoders, **settings) -> str:
     """Hash of everything the fits depend on: activations, score files, settings."""
     h = hashlib.sha1(json.dumps([{k: v.get("key") for k, v in metas.items()}, list(encoders), settings],
@@ -262,11 +254,13 @@ def _fit_key(rd: RunDir, metas: dict, encoders, **settings) -> str:
     return h.hexdigest()[:16]
 
 
+# the run's records the probe stage reads (labels: scores and calibration; the summary it rewrites)
+PROBE_READS = ("manifest", "summary", "scores", "calibration", "images", "activation-index")
+
+
 def write_summary(rd: RunDir, probes: dict) -> None:
-    """Read-modify-write summary.json, touching only the "probes" key."""
-    summary = _read_summary(rd)
-    summary["probes"] = probes
-    atomic_write_json(rd.summary, summary)
+    """Read-modify-write summary.json, touching only the "probes" key (under the writer lock)."""
+    rd.update_summary("probes", probes)
 
 
 def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: str = "all",
@@ -288,6 +282,7 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
     prompts = rd.read_prompts()
     if not prompts:
         raise AuditError(f"{rd.prompts}: no prompts")
+    check_run(rd.root, PROBE_READS)  # before the extraction: a damaged record is refused, nothing written
     t0 = time.perf_counter()
     share_cpu(state, device)
     if state.is_main_process:
@@ -310,7 +305,7 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
     labels = {str(c): d.get("scorer") for c, d in label_scorers(rd, prompts, scorer).items()}
     fit_key = _fit_key(rd, metas, encoders, scorer=scorer, labels=labels, seed=seed, n_splits=n_splits,
                        n_boot=n_boot, backend=probe_backend)
-    old = _read_summary(rd).get("probes") or {}
+    old = rd.read_summary().get("probes") or {}
     if old.get("fit_key") == fit_key and all((rd.root / f).exists() for f in old.get("files", [])):
         rd.update_stage("probe", status="done", n_prompts=len(prompts), encoders=encoders,
                         seconds=round(time.perf_counter() - t0, 2), scorers=old.get("scorers"), reused=True)

@@ -16,11 +16,13 @@ Run report outputs (``RUN/report/`` unless ``out_dir``):
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
-from ..rundir import RunDir, atomic_write_json, atomic_write_text, claim_output_dir, require_kind
+from ..ownership import claim_output_dir, require_kind
+from ..rundir import RunDir, atomic_write_text
 
 __all__ = ["render_report", "compare_runs", "update_summary_key"]
 
@@ -31,18 +33,8 @@ def _log(progress: bool, msg: str) -> None:
 
 
 def update_summary_key(rd: RunDir, key: str, value) -> None:
-    """Set one top-level key of summary.json, keeping every other key as it is on disk now."""
-    import json
-
-    current = {}
-    if rd.summary.exists():
-        try:
-            current = json.loads(rd.summary.read_text())
-        except json.JSONDecodeError:
-            from ..errors import AuditError
-            raise AuditError(f"{rd.summary}: corrupted summary.json; not overwriting it") from None
-    current[key] = value
-    atomic_write_json(rd.summary, current)
+    """Set one top-level key of summary.json, keeping every other key as it is on disk now (under the lock)."""
+    rd.update_summary(key, value)
 
 
 def _summary_payload(ctx: dict, data, out: Path, rd: RunDir, table: dict, seconds: float, thumbs) -> dict:
@@ -91,10 +83,14 @@ def render_report(run_dir, *, out_dir=None, progress: bool = True, scorer: str |
     t0 = time.perf_counter()
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     data = load_run(rd, scorer)
+    rd.read_summary()  # checked before anything is written: it is rewritten last, page and summary must agree
     require_kind(rd.root, "run")  # summary.json and the manifest are written there too
-    # RUN/report is part of the run; a folder of the user's choice must be new, empty or a report
-    out = claim_output_dir(out_dir, "report") if out_dir is not None else rd.report_dir
-    out.mkdir(parents=True, exist_ok=True)
+    # RUN/report is part of the run; a folder of the user's choice must be new, empty, or a report of this run
+    # (claimed like a run folder: another run's report is not replaced, a folder inside another run refused)
+    out = rd.report_dir if out_dir is None else Path(out_dir)
+    own = os.path.realpath(out).startswith(os.path.realpath(rd.root) + os.sep)
+    claim_output_dir(out, "report", within=rd.root,
+                     settings=None if own else {"run": os.path.realpath(rd.root)})
     _log(progress, f"{len(data.prompts)} prompts, {len(data.images)} images, scorers: "
                    f"{', '.join(sorted(data.scorers)) or 'none'}")
     thumbs = Thumbs(out)

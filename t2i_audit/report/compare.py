@@ -22,8 +22,9 @@ import pandas as pd
 from .. import analysis
 from .. import deciding as rule
 from ..errors import AuditError
+from ..ownership import claim_output_dir
 from ..prompts import twin_group
-from ..rundir import RunDir, atomic_write_json, atomic_write_text, claim_output_dir
+from ..rundir import RunDir, atomic_write_json, atomic_write_text
 from .html import render, static_assets
 from .tables import choose_scorer, decided_by_category, load_run, write_tables
 from .thumbs import Thumbs
@@ -91,6 +92,17 @@ def _keyed(run, by_text: bool) -> dict:
     return out
 
 
+def _distinct(run_dirs: list) -> None:
+    """One run given twice (or under two names) would compare a model with itself: every difference 0."""
+    seen: dict[str, object] = {}
+    for d in run_dirs:
+        key = os.path.realpath(d)
+        if key in seen:
+            same = "" if str(seen[key]) == str(d) else f" (the same folder as {seen[key]})"
+            raise AuditError(f"{d}: given twice{same}; compare needs two or more different runs")
+        seen[key] = d
+
+
 def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
             scorer: str | None = None, seed: int = 0) -> Path:
     return compare_with_summary(run_dirs, out_dir, allow_different_suites=allow_different_suites,
@@ -103,6 +115,7 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
     if len(run_dirs) < 2:
         raise AuditError(f"compare needs at least two runs, got {len(run_dirs)}")
     run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
+    _distinct(run_dirs)
     runs = [load_run(d) for d in run_dirs]
     _same_protocols(runs)
     deciding = _deciding(runs, scorer)

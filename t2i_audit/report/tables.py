@@ -16,7 +16,8 @@ import pandas as pd
 
 from ..csvsafe import to_csv
 from ..errors import AuditError, did_you_mean
-from ..rundir import RunDir, atomic_write_bytes, read_jsonl
+from ..records import iter_records
+from ..rundir import RunDir, atomic_write_bytes
 
 
 @dataclass
@@ -80,7 +81,7 @@ def _read_json(path: Path) -> dict:
 
 def read_scorer(path: Path, shas: dict) -> ScorerData:
     sd = ScorerData(path.stem)
-    for i, r in enumerate(read_jsonl(path), 1):
+    for i, r in iter_records(path, "scores"):
         try:
             key = (r["prompt_id"], int(r["sample"]))
             kind = r.get("kind", "question")
@@ -158,7 +159,7 @@ def load_run(run_dir, scorer: str | None = None, deciding: dict | None = None) -
     primary = scorer or rule.primary({c: {"scorer": n} for c, n in by_cat.items()}, weights)
     images_df = _images_frame(prompts, images, scorers, by_cat)
     questions_df = _questions_frame(prompts, images, scorers, by_cat)
-    return RunData(rd, rd.read_manifest(), _read_json(rd.summary), prompts, images, scorers,
+    return RunData(rd, rd.read_manifest(), rd.read_summary(), prompts, images, scorers,
                    primary, images_df, questions_df, deciding)
 
 

@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 from ..csvsafe import to_csv
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_json, atomic_write_text, read_jsonl
+from ..rundir import RunDir, atomic_write_json, atomic_write_text
 
 TRUE = {"1", "yes", "y", "true", "t"}
 FALSE = {"0", "no", "n", "false", "f"}
@@ -197,7 +197,7 @@ def _constant_side(labels, scores) -> str:
 
 
 def _records_by_key(run_dir: RunDir, scorer: str) -> dict:
-    recs = read_jsonl(run_dir.scores(scorer))
+    recs = run_dir.read_scores(run_dir.scores(scorer))
     idx = {}
     for r in recs:
         if (r.get("extra") or {}).get("excluded"):
@@ -277,7 +277,7 @@ def export_sheet(run_dir: RunDir | str | Path, out: Path | str, *, per: str = "b
     file at ``out`` (perhaps the user's labels) is replaced only with ``force``."""
     import pandas as pd
 
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file
 
     if per not in ("prompt", "question", "both"):
         raise AuditError(f"--per must be prompt, question or both, not {per!r}")

@@ -37,6 +37,32 @@ def parse_sets(sets: List[str] | None, models: List[str] | None = None) -> dict:
     return out
 
 
+def _tiny(rd) -> bool:
+    model = rd.read_manifest().get("model")
+    return isinstance(model, dict) and str(model.get("source", "")).startswith("tiny:")
+
+
+def run_scorers(rd) -> list[str] | None:
+    """What `score RUN` scores by default: the scorers the run was scored with (manifest.json), else the ones
+    `run` scores such a run with (its run.yaml's --scorer, else its model card's) — never the per-category
+    defaults where the run names its own (a mini run would otherwise get an 8B judge to download)."""
+    recorded = ((rd.read_manifest().get("stages") or {}).get("score") or {}).get("scorers")
+    if recorded:
+        return list(recorded)
+    if not rd.config.is_file():
+        return None
+    from ..api import chosen_scorers, load_config
+    from ..models import resolve_model
+
+    cfg = load_config(rd.config)
+    if cfg.scorers is not None:
+        return cfg.scorers or None
+    try:
+        return chosen_scorers(cfg, resolve_model(cfg.model))
+    except AuditError:  # the model is not available here: its card cannot say
+        return None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("score")
     def score_cmd(
@@ -66,8 +92,8 @@ def register(app: typer.Typer) -> None:
         from ..ownership import require_kind
 
         require_kind(rd.root, "run")  # scores/ and the manifest are written there: a run's folder only
-        tiny = str((rd.read_manifest().get("model") or {}).get("source", "")).startswith("tiny:")
-        names = list(scorer or default_scorers({p.get("category", "") for p in rd.read_prompts()}, tiny=tiny))
+        names = list(scorer or run_scorers(rd) or default_scorers({p.get("category", "") for p in rd.read_prompts()},
+                                                                  tiny=_tiny(rd)))
         import os
 
         with RunLock(rd.root, int(os.environ.get("RANK", 0))):  # one lock per accelerate process
@@ -132,6 +158,10 @@ def register(app: typer.Typer) -> None:
 
         require_inputs(card, "--card")  # before any output is written
 
+        if labels is not None:  # calibration/ is written into the run: a run's folder, locked while it is
+            from ..ownership import require_kind
+
+            require_kind(run, "run")
         if export_sheet is None and labels is None:
             raise AuditError("calibrate: give --labels labels.csv or --export-sheet sheet.csv")
         if export_sheet is not None:

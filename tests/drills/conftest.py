@@ -44,3 +44,16 @@ def make_probed(out: Path, repo_root, **settings) -> Path:
         {"onehot": names, "steps": meta["steps"], "settings": meta["settings"], "model": "mini", "key": meta["key"],
          "categories": {c: probes for c in cats}}))
     return rd.root
+
+
+@pytest.fixture(scope="session")
+def clean_tiny(tmp_path_factory, repo_root) -> Path:
+    """An uninterrupted tiny-sd run of 4 colour prompts × 2 images at 2 steps in batches of 2 (the CLI call of
+    test_drill_three._tiny): what a run interrupted and resumed with the same command must end byte-identical to."""
+    from t2i_audit import api
+
+    out = tmp_path_factory.mktemp("clean") / "run"
+    cfg = api.make_config(dict(model="tiny-sd", prompts=[str(repo_root / "prompts/colors.yaml")], limit=4, steps=2,
+                               images_per_prompt=2, batch_size=2, stages=["prompts", "generate"], out=str(out),
+                               device="cpu"))
+    return api.run_audit(cfg, progress=False)

@@ -1,5 +1,6 @@
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -50,9 +51,23 @@ def test_compare_pairs_ranks_and_flags_significance(runs):
     assert "Different suites" not in html
 
 
-def test_same_run_twice_shows_no_difference(runs, tmp_path):
+def _copy(run, tmp_path) -> Path:
+    """Another folder holding the same run (compare refuses one folder given twice)."""
+    return Path(shutil.copytree(run, tmp_path / f"copy-of-{Path(run).name}"))
+
+
+def test_the_same_run_given_twice_is_refused(runs, tmp_path):
     _, good, _, _ = runs
-    compare_runs([good, good], tmp_path / "same")
+    with pytest.raises(AuditError, match=r"given twice; compare needs two or more different runs"):
+        compare_runs([good, good], tmp_path / "same")
+    with pytest.raises(AuditError, match=r"given twice \(the same folder as"):  # by another name: the same folder
+        compare_runs([good, Path(good) / ".." / Path(good).name], tmp_path / "same")
+    assert not (tmp_path / "same").exists()
+
+
+def test_two_copies_of_one_run_show_no_difference(runs, tmp_path):
+    _, good, _, _ = runs
+    compare_runs([good, _copy(good, tmp_path)], tmp_path / "same")
     s = json.loads((tmp_path / "same" / "compare.json").read_text())
     (d,) = s["differences"]
     assert d["diff"] == 0 and not d["significant"] and s["disagreements"] == 0
@@ -78,7 +93,7 @@ def test_errors_name_the_problem(runs, tmp_path):
     with pytest.raises(AuditError, match="at least two runs"):
         compare_runs([good], tmp_path / "z")
     with pytest.raises(AuditError, match="no scores from scorer 'nope'"):
-        compare_runs([good, good], tmp_path / "z", scorer="nope")
+        compare_runs([good, _copy(good, tmp_path)], tmp_path / "z", scorer="nope")
     bare = make_run(tmp_path / "bare", prompts=make_prompts(n_binding=2, n_rel=1, n_count=1), scorers=(), probes=False)
     with pytest.raises(AuditError, match="no scorer has scored every run"):
         compare_runs([good, bare], tmp_path / "z")
@@ -86,7 +101,7 @@ def test_errors_name_the_problem(runs, tmp_path):
 
 def test_three_runs_every_pair_compared(runs, tmp_path):
     _, good, bad, _ = runs
-    compare_runs([good, bad, good], tmp_path / "three")
+    compare_runs([good, bad, _copy(good, tmp_path)], tmp_path / "three")
     s = json.loads((tmp_path / "three" / "compare.json").read_text())
     assert len(s["models"]) == 3 == len(set(s["models"]))
     assert len(s["differences"]) == 3  # overall: every pair
@@ -120,7 +135,7 @@ def test_compare_refuses_mixed_judge_protocols(tmp_path):
                                          r".*ours under 't2i-audit', .*theirs under 'geneval2'"):
         compare_runs(runs, tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    compare_runs([runs[0], runs[0]], tmp_path / "same")  # one protocol: compares, and says which
+    compare_runs([runs[0], _copy(runs[0], tmp_path)], tmp_path / "same")  # one protocol: compares, and says which
     s = json.loads((tmp_path / "same" / "compare.json").read_text())
     assert s["protocols"] == {"clip-foil": "t2i-audit"}
     assert "judge protocol clip-foil: <b>t2i-audit</b>" in (tmp_path / "same" / "index.html").read_text()

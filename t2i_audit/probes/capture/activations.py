@@ -43,7 +43,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ...errors import AuditError
-from ...rundir import atomic_write_json, atomic_write_jsonl, file_sha256, read_jsonl
+from ...records import read_records
+from ...rundir import atomic_write_json, atomic_write_jsonl, file_sha256
 from ...safeload import read_cache_json, read_json
 
 CHUNK = 256
@@ -306,7 +307,7 @@ def load_activations(enc_dir: Path) -> tuple[dict, list[str]]:
         raise AuditError(f"{e}; rerun `t2i-audit probe` to extract it again") from None
     if not isinstance(meta, dict):
         raise AuditError(f"{enc_dir / 'meta.json'}: not a JSON object; rerun `t2i-audit probe` to extract it again")
-    ids = [r["prompt_id"] for r in read_jsonl(enc_dir / "index.jsonl")]
+    ids = [r["prompt_id"] for r in read_records(enc_dir / "index.jsonl", "activation-index")]
     return meta, ids
 
 

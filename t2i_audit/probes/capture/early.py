@@ -279,11 +279,11 @@ def load_early(rd: RunDir) -> tuple[dict[str, np.ndarray], list[tuple[str, int]]
 def load_feature_folder(folder, missing: str) -> tuple[dict[str, np.ndarray], list[tuple[str, int]], dict]:
     """Arrays, (prompt_id, sample) rows and meta.json of a per-image feature folder (early, trajectory);
     ``missing``: what to tell the user when it has not been made."""
-    from ...rundir import read_jsonl
+    from ...records import read_records
     from ...safeload import read_json
 
     if not (folder / "meta.json").exists():
         raise AuditError(f"{folder}: {missing}")
     meta = read_json(folder / "meta.json")
-    rows = [(r["prompt_id"], int(r["sample"])) for r in read_jsonl(folder / "index.jsonl", strict=True)]
+    rows = [(r["prompt_id"], int(r["sample"])) for r in read_records(folder / "index.jsonl", "activation-index", strict=True)]
     return {n: np.load(folder / f"{n}.npy") for n in meta["arrays"]}, rows, meta

@@ -174,10 +174,11 @@ def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loo
 def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = None, allow_seen: bool = False,
                       holdout: bool = False, progress: bool = True, n_boot: int = 1000) -> dict:
     """The whole ``select --budget`` command. ``seed``: the base seed (None: the first fresh one)."""
-    from ...api import default_run_dir, expand_suites, prepare_run, prompt_digest, score_stage
+    from ...api import default_run_dir, expand_suites, prepare_run, prompt_digest, recorded_settings, score_stage
     from ...generate import _done_items, load_pipeline, resolve_device
     from ...models import resolve_model
-    from ...rundir import RunLock, atomic_write_jsonl, claim_output_dir, file_sha256
+    from ...ownership import claim_output_dir
+    from ...rundir import RunLock, atomic_write_jsonl, file_sha256
     from ..select import load_fitted, resume_argv, scan_settings
     from . import freshness
     from .budget_exec import CHUNK_PROMPTS, Counter, Roles, ScanJournal, Work, run_policies
@@ -207,7 +208,9 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
     cfg = cfg.model_copy(update={"seed": base, "steps": T, "guidance": src["guidance"], "size": src["size"],
                                  "dtype": src["dtype"], "images_per_prompt": n_max,
                                  "stages": ["prompts", "generate", "score"]})
-    identity = {"model": cfg.model, "prompts": prompt_digest(records), "budget": budget, "seed": base,
+    recorded = recorded_settings(cfg.out) if cfg.out else None  # a digest recorded before it covered whole records
+    identity = {"model": cfg.model, "prompts": prompt_digest(records, (recorded or {}).get("prompts")),
+                "budget": budget, "seed": base,
                 "holdout": holdout, "from_probes": f"sha256 {file_sha256(RunDir(from_run).probes_dir / 'early_probes.json')[:16]}",
                 "policies": {c: v["policy"].as_dict() for c, v in plan.items()}, **card.adapted.identity()}
     rd = RunDir(cfg.out or default_run_dir(cfg, card, command="select", settings=identity))
