@@ -41,6 +41,9 @@ def require_inputs(paths: Optional[Iterable["Path | str"]], option: str, kind: s
 def require_suite(path: "Path | str", option: str = "--prompts") -> Path:
     """A suite given to ``option``: a file (:func:`require_input`) or a shipped suite's bare name (``mini``).
     Returns the file read; the name as given stays the user's (e.g. for default output names)."""
-    from .suite import resolve_suite_path
+    from .suite import resolve_suite_path, shipped_hint
 
-    return require_input(resolve_suite_path(path), option)
+    p = resolve_suite_path(path)
+    if not p.exists():  # say what works from any folder: the shipped suites by name
+        raise AuditError(f"{option} {p}: file not found{shipped_hint(path)}")
+    return require_input(p, option)

@@ -1,7 +1,7 @@
 """Every file the board reads, in one module (so that another reader can be switched in for all).
 
-Run files go through the validated loaders the rest of the tool uses (``safeload``, ``rundir.read_jsonl``,
-``RunDir``, the report's :func:`~t2i_audit.report.tables.read_scorer`); the report's own table
+Run files go through the validated readers the rest of the tool uses (``t2i_audit.records``' schemas through
+``RunDir``, the report's :func:`~t2i_audit.report.tables.read_scorer` and ``records.read_*``; ``safeload``); the report's own table
 (``report/results.parquet``, written by ``t2i-audit report``) is read with pyarrow and checked against what
 the report recorded. Each file read is hashed as it is read: the board stores the hashes, and names a run
 whose files changed since it was added (:func:`changed_files`).
@@ -21,8 +21,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import AuditError
+from ..records import read_document, read_records
 from ..rundir import RunDir, file_sha256, read_jsonl
-from ..safeload import load_yaml, read_cache_json, read_json
+from ..safeload import load_yaml, read_json
 
 RESULTS = "report/results.parquet"
 CALIBRATION = "calibration/report.json"
@@ -222,9 +223,12 @@ def read_run(run_dir) -> RunFiles:
                          f"({len(unknown)} such): the prompts changed after the report; rerun `t2i-audit report {rd.root}`")
     shas = dict(zip(zip(results["prompt_id"], results["sample"].astype(int)), results["image_sha256"]))
     judges, failures = _judges(rd, scorers, shas, hashes)
+    for path in sorted(rd.scores_dir.glob("*.jsonl")):  # a scorer the report did not show is still the run's file
+        if path.stem not in scorers:
+            read_records(path, "scores")
     calibration = None
-    if (rd.root / CALIBRATION).is_file():
-        calibration = read_cache_json(rd.root / CALIBRATION)  # damaged: no evidence, as the report reads it
+    if (rd.root / CALIBRATION).is_file():  # evidence for the deciding rule: damaged is refused, as deciding reads it
+        calibration = read_document(rd.root / CALIBRATION, "calibration")
         hashes[CALIBRATION] = file_sha256(rd.root / CALIBRATION)
     probes = _probe_rows(rd, hashes)
     return RunFiles(rd.root.resolve(), config, manifest, prompts, results, scorers, judges, failures, probes,

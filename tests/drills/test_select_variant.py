@@ -27,9 +27,9 @@ def test_select_on_a_lora_run_continues_with_its_lora(tmp_path_factory, tmp_path
     assert api.load_config(sel.config).loras == api.load_config(RunDir(probed).config).loras == [lora]
     assert json.loads((sel.root / ".t2i-audit.json").read_text())["settings"]["loras"][0]["scale"] == 0.7
 
-    def plain(out, **kw):
+    def plain(out, **kw):  # on the select run's own prompts: select --limit takes run --limit's subset (seed 0)
         return RunDir(api.run_audit(api.make_config(dict(
-            model="mini", prompts=[suite], limit=N_PROMPTS, images_per_prompt=2, steps=2, seed=1, batch_size=1,
+            model="mini", prompts=[str(sel.prompts)], images_per_prompt=2, steps=2, seed=1, batch_size=1,
             stages=["prompts", "generate"], out=str(tmp_path / out), device="cpu", **kw)), progress=False))
 
     kept = _pngs(sel.root)

@@ -175,7 +175,9 @@ def test_regression_gate_fails_on_a_known_drop_and_names_the_categories(runs, tm
 
 def test_regression_gate_passes_without_a_drop(runs, tmp_path, monkeypatch, capsys):
     _, good, bad, _ = runs
-    code, out, _ = _gate([good, good, "--out", tmp_path / "same", "--fail-on-drop", "0"], monkeypatch, capsys)
+    same = tmp_path / "good-copy"  # compare refuses one folder given twice: the same images under another name
+    shutil.copytree(good, same)
+    code, out, _ = _gate([good, same, "--out", tmp_path / "same", "--fail-on-drop", "0"], monkeypatch, capsys)
     assert code == 0 and "gate: ok" in out and "regression:" not in out
     code, out, _ = _gate([bad, good, "--out", tmp_path / "better", "--fail-on-drop", "0.05"], monkeypatch, capsys)
     assert code == 0 and "gate: ok" in out  # the candidate improved

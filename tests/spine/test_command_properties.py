@@ -65,7 +65,7 @@ CASES: dict[str, Case] = {
     "verify": Case(["verify", "{run_dir}"], {"run_dir": IN_DIR}, {"run_dir": "RUN"}),  # synthetic: not pristine
     # (verify reads every record kind, and reports what its readers refuse: test_command_safety.py)
     "label": Case(["label", "{run_dir}", "--n", "2", "--out", "{out}"], {"run_dir": IN_DIR, "out": OUT_FILE},
-                  {"run_dir": "RUN"}, quick=True, progress=True, reads={"run_dir": {"prompts", "images"}}),
+                  {"run_dir": "RUN"}, quick=True, progress=True, reads={"run_dir": {"prompts", "images", "manifest"}}),
     "prompts validate": Case(["prompts", "validate", "{files}"], {"files": IN_FILE}, {"files": "SUITE"}, quick=True),
     "prompts show": Case(["prompts", "show", "{file}"], {"file": IN_FILE}, {"file": "SUITE"}, quick=True),
     "prompts export": Case(["prompts", "export", "{files}", "--out", "{out}"], {"files": IN_FILE, "out": OUT_FILE},
@@ -80,7 +80,7 @@ CASES: dict[str, Case] = {
     "calibrate": Case(["calibrate", "{run}", "--labels", "{labels}", "--bootstrap", "10"],
                       {"run": IN_DIR, "labels": IN_FILE, "export_sheet": OUT_FILE, "card": IN_FILE},
                       {"run": "RUN", "labels": "LABELS", "card": "CARD"}, quick=True, writes={"run"},
-                      reads={"run": {"prompts", "images", "scores"}}),
+                      reads={"run": {"prompts", "images", "scores", "calibration"}}),
     "probe": Case(["probe", "{run}", "--model", "mini"], {"run": IN_DIR}, {"run": "RUN"}, writes={"run"},
                   reads={"run": {"prompts", "images", "scores", "manifest", "summary", "calibration",
                                  "activation-index"}}),
@@ -95,7 +95,7 @@ CASES: dict[str, Case] = {
     "compare": Case(["compare", "{runs}", "@RUN2", "--out", "{out}"], {"runs": IN_DIR, "out": OUT_DIR},
                     {"runs": "RUN"}, quick=True, writes={"out"}, reads={"runs": RUN_READS}),
     "board": Case(["board", "{runs}", "--out", "{out}"], {"runs": IN_DIR, "out": OUT_DIR}, {"runs": "REPORTED"},
-                  quick=True, writes={"out"}, reads={"runs": RUN_READS}),
+                  quick=True, writes={"out"}, reads={"runs": {"prompts", "manifest", "scores", "calibration"}}),
     "mini train-judge": Case(["mini", "train-judge", "--smoke", "--out", "{out}"], {"out": OUT_DIR}, writes={"out"}),
     "mini train-generator": Case(["mini", "train-generator", "--smoke", "--out", "{out}"], {"out": OUT_DIR},
                                  writes={"out"}),

@@ -40,7 +40,7 @@ from ..drills.test_record_kinds import SAMPLES
 from .test_command_properties import (CASES, IN_DIR, IN_FILE, OUT_DIR, OUT_FILE, _argv, _snapshot, invoke,
                                       world)  # noqa: F401 (world: the fixture of valid inputs)
 
-RUNS = ("RUN", "RUN2")  # the world inputs that are run folders
+RUNS = ("RUN", "RUN2", "REPORTED")  # the world inputs that are run folders
 
 # --- (1) a mutated record of every kind --------------------------------------------------------------------
 
@@ -135,11 +135,12 @@ def test_a_mutated_record_is_refused_by_every_command_that_reads_it(cmd, param, 
                                                                     capsys):
     case = CASES[cmd]
     w = _copies(world, tmp_path)
-    runs = [w[k] for k in RUNS] if cmd == "compare" else [w["RUN"]]
-    where = damage(w["RUN"], kind)
+    run = w[case.values[param]] if case.values.get(param) in RUNS else w["RUN"]  # the board reads a reported run
+    runs = [w["RUN"], w["RUN2"]] if cmd == "compare" else [run]
+    where = damage(run, kind)
     if cmd == "compare":
         damage(w["RUN2"], kind)  # whichever run is read first
-    given = {param: str(w["RUN"])}
+    given = {param: str(run)}
     before = {str(r): _data(r) for r in runs}
     argv = _argv(case, w, tmp_path / "out", **given)
     code, out = invoke(argv, tmp_path, monkeypatch, capsys)

@@ -7,6 +7,7 @@ identity it had before variants existed (the values below were computed on the c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -37,7 +38,11 @@ def test_no_variant_keeps_the_identity_it_had_before_variants():
 
     cfg = _cfg()
     card = resolve_model("tiny-sd")
-    identity = api.run_identity(cfg, card, [{"id": "a", "text": "x"}])
+    records = [{"id": "a", "text": "x"}]
+    # the prompts as a folder made then recorded them (ids and texts; whole records since issue 36, and a folder
+    # recorded before keeps its digest while those match: api.prompt_digest)
+    then = {"prompts": f"1 prompts, sha256 {hashlib.sha256(b'a' + bytes([9]) + b'x').hexdigest()[:16]}"}
+    identity = api.run_identity(cfg, card, records, recorded=then)
     # computed on c2acf83 (before RunConfig.loras / components) for the same config and prompt
     assert (cfg.fingerprint(card), cfg._hash(), settings_id(identity)) == ("c0a3af", "60a4d0", "0034030b224f160d")
     assert "loras" not in identity and "components" not in identity
