@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import AuditError
 from .prompts import expand_files, sample_records, stable_hash
@@ -59,6 +59,40 @@ class RunConfig(BaseModel):
     compile: bool = False
     offload: Optional[Literal["none", "model", "sequential"]] = None
     vae_tiling: Optional[bool] = None
+    # what the user changed in the model (t2i_audit/variants): LoRAs `PATH_OR_REPO[:SCALE]` applied in order, and
+    # pipeline components replaced from a folder or .safetensors file; their files' sha256 enter the identity
+    loras: list[str] = []
+    components: dict[str, str] = {}
+
+    @field_validator("loras")
+    @classmethod
+    def _lora_specs(cls, v: list[str]) -> list[str]:
+        from .variants import split_scale
+
+        for spec in v:
+            try:
+                split_scale(spec)  # the syntax alone; files are found when the run resolves its variant
+            except AuditError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("components")
+    @classmethod
+    def _component_names(cls, v: dict[str, str]) -> dict[str, str]:
+        from .variants import split_component
+
+        for name, path in v.items():
+            try:
+                split_component(f"{name}={path}")
+            except AuditError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    def variant(self):
+        """The LoRAs and components of ``loras`` / ``components``, resolved (files found and hashed)."""
+        from .variants import resolve
+
+        return resolve(self.loras, self.components)
 
     def fingerprint(self, card=None) -> str:
         """Hash of what changes the output (not where it goes, not which stages run now).
@@ -75,12 +109,15 @@ class RunConfig(BaseModel):
         return RunConfig.model_validate(filled)._hash()
 
     def _hash(self) -> str:
-        return stable_hash(self.model_dump(exclude=NOT_IDENTITY))[:6]
+        return stable_hash({**self.model_dump(exclude=NOT_IDENTITY | VARIANT), **self.variant().identity()})[:6]
 
 
 # where a run goes, which stages run now, on which device and how many at once: none changes what is made
 # (a resume keeps the batch size it was planned with: generate._keep_recorded_plan)
 NOT_IDENTITY = {"out", "stages", "device", "batch_size", "compile", "offload", "vae_tiling"}
+# the variant enters identities by content (Variant.identity: sha256 and scale), not by path, and only when
+# there is one: a run without LoRAs or components keeps the fingerprint and identity it always had
+VARIANT = {"loras", "components"}
 
 
 def prompt_digest(records: list[dict]) -> str:
@@ -96,8 +133,8 @@ def run_identity(cfg: RunConfig, card, records: list[dict]) -> dict:
     `run --config RUN/run.yaml` resume matches) with the prompts by content. Not ``images_per_prompt``:
     more samples extend a run (the images made stay, each with its own seed), as `-n` always did."""
     filled = RunConfig.model_validate({**cfg.model_dump(), **resolved_settings(cfg, card)})
-    return {**filled.model_dump(exclude=NOT_IDENTITY | {"prompts", "images_per_prompt"}),
-            "prompts": prompt_digest(records)}
+    return {**filled.model_dump(exclude=NOT_IDENTITY | VARIANT | {"prompts", "images_per_prompt"}),
+            **cfg.variant().identity(), "prompts": prompt_digest(records)}
 
 
 def load_config(path: str | Path, **overrides) -> RunConfig:
@@ -183,7 +220,10 @@ def prepare_run(cfg: RunConfig, card, records: list[dict], *, root: Optional[Pat
                              "choose another --out or remove it")
     else:
         atomic_write_jsonl(run.prompts, records)
-    resolved = {**cfg.model_dump(), **resolved_settings(cfg, card), "out": str(run.root)}
+    variant = cfg.variant()
+    # absolute paths for the variant's files (a `run --config RUN/run.yaml` from elsewhere finds them); none: as before
+    resolved = {**cfg.model_dump(exclude=VARIANT), **(variant.as_config() if variant else {}),
+                **resolved_settings(cfg, card), "out": str(run.root)}
     atomic_write_text(run.config, yaml.safe_dump(resolved, sort_keys=False))
     manifest = run.read_manifest()
     manifest.setdefault("created_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -216,6 +256,11 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     # validate everything before the first byte is written
     card = resolve_model(cfg.model)
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
+    variant = cfg.variant()  # every file found and hashed, then checked against the model: before any claim
+    if variant:
+        from .variants.check import check_variant
+
+        card = check_variant(card, variant)
     device = resolve_device(cfg.device)
     state = process_state(device)  # created once; every stage shares its work between processes
     run = RunDir(cfg.out or default_run_dir(cfg, card))
@@ -242,8 +287,9 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         if "probe" in cfg.stages:
             with _recorded(run, "probe", main):  # every process extracts its share; the main one fits
                 # probe labels: the scorer deciding each category (t2i_audit.deciding), as the report
-                probe_stage(run, cfg.probe_model or cfg.model, scorer=None,
-                            seed=cfg.seed, device=device, progress=progress, state=state)
+                probe_model = cfg.probe_model or cfg.model  # the run's variant applies to the run's own model
+                probe_stage(run, probe_model, scorer=None, seed=cfg.seed, device=device, progress=progress,
+                            state=state, **({"variant": variant} if variant and probe_model == cfg.model else {}))
         if not main:  # the report reads only files: the main process's
             return run.root
         if "report" in cfg.stages:

@@ -134,11 +134,19 @@ def load_pipeline(card: ModelCard, device: str, dtype: str, *, offload: Optional
     if card.variant and dtype != "float32":  # fp16 files: half the download; never upcast them to fp32
         kw["variant"] = card.variant
     kw.update(card.load_components(dtype))  # components the repo does not ship (models.yaml `components:`)
+    if card.adapted:
+        from .variants.load import load_replacements
+
+        kw.update(load_replacements(card, dtype))  # --component NAME=PATH: passed as from_pretrained(..., unet=obj)
     try:
         pipe = DiffusionPipeline.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
         raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {e}") from None
     pipe.set_progress_bar_config(disable=True)
+    if card.adapted.loras:  # on the CPU copy, before placement (offload hooks and devices follow the loaded layers)
+        from .variants.load import apply_loras
+
+        pipe.t2i_loras = apply_loras(pipe, card.adapted)
     placement = {"offload": place_pipeline(pipe, card, device, offload)}
     vae_dtype, why, ours = vae_decode_dtype(card, pipe, dtype)
     if ours and vae_dtype != dtype:
@@ -398,7 +406,8 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
         run.update_stage("generate", device_name=_device_name(device), pipeline=type(pipe).__name__,
                          resolved_from=str(pipe.config.get("_name_or_path", "")),
                          batches=len(plan), batches_run_now=len(work), load_seconds=round(load_seconds, 3),
-                         placement=getattr(pipe, "t2i_placement", None))
+                         placement=getattr(pipe, "t2i_placement", None),
+                         **({"loras": pipe.t2i_loras} if getattr(pipe, "t2i_loras", None) else {}))
     with state.split_between_processes(work) as mine:
         timing = _generate_share(run, pipe, card, s, mine, rank, progress and state.is_main_process)
     if state.is_main_process and timing:

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from .errors import AuditError, did_you_mean
 from .safeload import load_yaml, read_json
+from .variants import NO_VARIANT, Variant
 
 CARDS_FILE = Path(__file__).with_name("models.yaml")
 PACKAGE_DIR = Path(__file__).parent
@@ -42,6 +43,19 @@ class ModelCard:
     gated: Optional[bool] = None  # the hub asks to accept terms (HF token) before download
     components: dict = field(default_factory=dict)  # pipeline components the repo does not ship: name -> spec
     sources: dict = field(default_factory=dict)  # setting (steps, guidance, size, call …) -> where it comes from
+    adapted: Variant = NO_VARIANT  # the user's LoRAs and replaced components on top of this model (variants.py)
+
+    def with_variant(self, variant: Optional[Variant] = None, *, loras=None, components=None) -> "ModelCard":
+        """This card with ``variant`` applied wherever its pipeline is built (generate.load_pipeline, the text-only
+        pipeline of activation extraction); or with the variant that ``loras`` (``PATH_OR_REPO[:SCALE]`` specs) and
+        ``components`` (name -> path) resolve to. ``None`` / nothing: the card as it is."""
+        from dataclasses import replace
+
+        from . import variants
+
+        if variant is None:
+            variant = variants.resolve(loras or (), components or {})
+        return replace(self, adapted=variant) if variant or self.adapted else self
 
     def pretrained_path(self) -> str:
         """What to hand to ``from_pretrained``: a local folder or an HF repo id."""
@@ -75,8 +89,8 @@ class ModelCard:
         """The card's ``components``, loaded, as keyword arguments for ``DiffusionPipeline.from_pretrained`` (which
         takes a passed object for a component whose model_index.json entry is null or missing); ``text_only``: the
         tokenizers and text encoders alone (activation extraction)."""
-        wanted = {n: c for n, c in self.components.items()
-                  if not text_only or n.startswith(("text_encoder", "tokenizer"))}
+        wanted = {n: c for n, c in self.components.items()  # a component the user replaced is not loaded
+                  if (not text_only or n.startswith(("text_encoder", "tokenizer"))) and not self.adapted.component(n)}
         if not wanted:
             return {}
         import diffusers
@@ -103,7 +117,8 @@ class ModelCard:
                 "local": self.local, "pipeline": self.pipeline, "defaults": self.defaults, "call": self.call,
                 "variant": self.variant, "vae_dtype": self.vae_dtype, "components": self.components,
                 "offload": self.offload, "vae_tiling": self.vae_tiling, "sources": self.sources,
-                "licence": self.licence, "gated": self.gated}
+                "licence": self.licence, "gated": self.gated,
+                **({"variant": self.adapted.described()} if self.adapted else {})}
 
 
 def read_model_index(path_or_repo: str, revision: Optional[str] = None) -> dict:
