@@ -23,7 +23,8 @@ prompts_app = typer.Typer(no_args_is_help=True, help="Validate, inspect and expo
 app.add_typer(prompts_app, name="prompts")
 
 # Stage packages add their own commands; each registers through ``register(app)``.
-PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.report.cli", "t2i_audit.mini.cli")
+PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.report.cli", "t2i_audit.mini.cli",
+               "t2i_audit.track.cli")
 
 
 @app.command()
