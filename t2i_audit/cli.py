@@ -16,6 +16,7 @@ from typing import List, Optional
 import typer
 
 from .errors import AuditError
+from .variants import COMPONENT_HELP, LORA_HELP, component_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Audit whether a text-to-image model composes what it knows.")
@@ -47,6 +48,8 @@ def run(
     compile_: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the denoiser (GPU: faster after a compile of minutes; its time is recorded)."),
     offload: Optional[str] = typer.Option(None, "--offload", help="none | model | sequential CPU offload (default: the card's, only when the weights do not fit the GPU)."),
     vae_tiling: Optional[bool] = typer.Option(None, "--vae-tiling/--no-vae-tiling", help="Decode in tiles (large sizes on small GPUs; default: the card's)."),
+    lora: Optional[List[str]] = typer.Option(None, "--lora", help=LORA_HELP),
+    component: Optional[List[str]] = typer.Option(None, "--component", help=COMPONENT_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ):
     """Generate, score, probe and report: every stage, resuming work already on disk."""
@@ -60,7 +63,8 @@ def run(
              "dtype": dtype, "steps": steps, "guidance": guidance, "size": size,
              "scorers": list(scorer) if scorer else None,
              "stages": stages.split(",") if stages else None, "out": str(out) if out else None,
-             "compile": compile_, "offload": offload, "vae_tiling": vae_tiling}
+             "compile": compile_, "offload": offload, "vae_tiling": vae_tiling,
+             "loras": list(lora) if lora else None, "components": component_options(component) if component else None}
     if config is not None:
         cfg = api.load_config(config, **given)
     else:

@@ -179,14 +179,14 @@ def _by_type(idx, ftypes, y, risk, clusters, n_boot, seed) -> dict:
 
 def run_early_stage(run_dir, *, model: str, device: str = "cpu", fractions: Sequence[float] = DEFAULT_FRACTIONS,
                     scorer: str | None = None, previews: bool = True, n_boot: int = 1000, seed: int = 0,
-                    n_splits: int = 5, progress: bool = True, state=None) -> dict:
+                    n_splits: int = 5, progress: bool = True, state=None, variant=None) -> dict:
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     kept = f"{rd.probes_dir / 'early_probes.json'} is left as it was"
     if not (rd.scores_dir.is_dir() and any(rd.scores_dir.glob("*.jsonl"))):  # before the replay's work
         raise AuditError(f"{rd.scores_dir}: no scores; the per-image probes learn from each image's verdict — run "
                          f"`t2i-audit score {rd.root}` first ({kept})")
     meta = extract_early_features(rd, model, device=device, fractions=fractions, previews=previews,
-                                  progress=progress, state=state)
+                                  progress=progress, state=state, variant=variant)
     if not meta:  # a non-main process
         return {}
     result, exported, risks = study(rd, scorer=scorer, n_splits=n_splits, n_boot=n_boot, seed=seed,

@@ -109,8 +109,9 @@ def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: 
 
 
 def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_of: int, at: float, seed: int = 0,
-              batch_size: int = 4, device: str = "cpu", progress: bool = True) -> list[dict]:
-    """``predict --early``: the risk of each of N seeds of each prompt after the early steps, nothing finished."""
+              batch_size: int = 4, device: str = "cpu", progress: bool = True, variant=None) -> list[dict]:
+    """``predict --early``: the risk of each of N seeds of each prompt after the early steps, nothing finished
+    (``variant``: the --from run's LoRAs / components, t2i_audit.variants)."""
     from ..generate import load_pipeline, resolve_device
     from ..models import resolve_model
     from .capture.early import step_at
@@ -120,7 +121,7 @@ def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_o
     step = step_at(at, src["steps"])
     for cat in sorted({str(p.get("category")) for p in prompts}):
         _probe_for(fitted, cat, step)
-    card = resolve_model(model)
+    card = resolve_model(model).with_variant(variant)
     s = scan_settings(src, card, seed, batch_size)
     pipe = load_pipeline(card, resolve_device(device), s["dtype"])
     # no resume: `out` is a file the user named (claimed with --force if it existed), replaced, never read back
@@ -216,6 +217,10 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
     fitted = load_fitted(from_run)
     src = fitted["settings"]
     card = resolve_model(cfg.model)
+    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.for_run), checked
+        from ..variants.check import check_variant
+
+        card = check_variant(card, cfg.variant())
     cfg = cfg.model_copy(update={"images_per_prompt": n_of, "steps": src["steps"], "guidance": src["guidance"],
                                  "size": src["size"], "dtype": src["dtype"], "stages": ["prompts", "generate", "score"]})
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)

@@ -274,9 +274,10 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
                     denoiser: bool = False, progress: bool = True, n_splits: int = 5,
                     n_boot: int = 1000, batch_size: int = 32,
                     timesteps: Sequence[int] | None = None, probe_backend: str = linear.DEFAULT_BACKEND,
-                    state=None) -> dict:
+                    state=None, variant=None) -> dict:
     """Extraction on every Accelerate process (each its share of chunks, on its own device), then
-    fitting and summary on the main process, which alone returns the probes (``{}`` elsewhere)."""
+    fitting and summary on the main process, which alone returns the probes (``{}`` elsewhere).
+    ``variant``: the run's LoRAs / replaced components (t2i_audit.variants), applied to ``model``."""
     from ..processes import process_state, rank_device, share_cpu
     from .capture.activations import extract_text_activations
 
@@ -295,14 +296,14 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
         poolings = tuple(p.strip() for p in poolings.split(",") if p.strip())
     metas = extract_text_activations(prompts, rd.activations_dir, model, layers=layers,
                                      poolings=poolings, device=rank_device(state, device), batch_size=batch_size,
-                                     progress=progress, state=state)
+                                     progress=progress, state=state, variant=variant)
     t_extract = time.perf_counter() - t0
     encoders = list(metas)
     if denoiser:
         from .capture.denoiser import extract_denoiser_activations
 
         extract_denoiser_activations(rd, model, device=rank_device(state, device), timesteps=timesteps,
-                                     progress=progress, state=state)
+                                     progress=progress, state=state, variant=variant)
         encoders.append("denoiser")
     if not state.is_main_process:  # fitting is batched in torch and fast: the main process alone
         return {}

@@ -8,7 +8,7 @@ train_dreambooth_lora_lumina2.py). Here the "training" is a seeded random draw o
 the file changes what the model computes, and the rest is the same calls.
 
 Targets: the denoiser's attention projections (``to_q`` / ``to_k`` / ``to_v``, the module names of
-diffusers' ``Attention``; every Linear of an attention block where a family names them otherwise) and,
+diffusers' ``Attention``; every Linear of an attention block where a family names them otherwise: Kandinsky 5's ``to_query``) and,
 for each text encoder the family's loader loads into, its ``q_proj`` / ``k_proj`` / ``v_proj`` /
 ``out_proj`` (the names diffusers' ``_load_lora_into_text_encoder`` reads ranks from: CLIP's).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-DENOISER_TARGETS = ("to_q", "to_k", "to_v")
+DENOISER_TARGETS = ("to_q", "to_k", "to_v", "to_query", "to_key", "to_value")  # diffusers Attention; Kandinsky 5
 TEXT_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj")
 WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 
@@ -54,15 +54,16 @@ def _random_lora(module, targets: list[str], rank: int, seed: int, std: float) -
 
 def build_lora(model: str, out_dir, *, rank: int = 4, seed: int = 0, std: float = 0.2, text_encoders: bool = True,
                denoiser: bool = True, weight_name: str = WEIGHT_NAME) -> Path:
-    """A random LoRA for tiny card ``model`` saved by its pipeline class's ``save_lora_weights`` into
-    ``out_dir/weight_name``; returns the file. ``text_encoders``: also the text encoders the family's loader
-    supports (those with CLIP-named projections)."""
+    """A random LoRA for ``model`` (a tiny card, ``mini``, any model reference) saved by its pipeline class's
+    ``save_lora_weights`` into ``out_dir/weight_name``; returns the file. ``text_encoders``: also the text
+    encoders the family's loader supports (those with CLIP-named projections)."""
     import torch
     from diffusers import DiffusionPipeline
 
-    from . import materialize
+    from ..models import resolve_model
 
-    pipe = DiffusionPipeline.from_pretrained(materialize(model))
+    card = resolve_model(model)
+    pipe = DiffusionPipeline.from_pretrained(card.pretrained_path(), revision=card.revision)
     cls = type(pipe)
     denoisers, texts = lora_components(cls)
     layers: dict = {}

@@ -30,6 +30,12 @@ from ..errors import AuditError
 
 LORA_WEIGHT_NAME = "pytorch_lora_weights.safetensors"  # diffusers.loaders.lora_base LORA_WEIGHT_NAME_SAFE
 LORA_SYNTAX = "PATH_OR_REPO[:SCALE], e.g. ./my_lora.safetensors:0.8"
+LORA_HELP = ("LoRA to apply, PATH_OR_REPO[:SCALE] (scale default 1.0; repeatable, applied together): a .safetensors "
+             "file, a folder holding one, or a Hub repo (org/repo, hf:org/repo[@rev][/file.safetensors]); loaded by the "
+             "pipeline's own load_lora_weights (needs t2i-audit[lora]).")
+COMPONENT_HELP = ("NAME=PATH: replace a pipeline component (unet, transformer, text_encoder, vae …) with a "
+                  "diffusers/transformers folder or one .safetensors file of the same architecture (repeatable).")
+RUN_VARIANT_NOTE = " Default: the run's own; another is refused."
 COMPONENT_SYNTAX = "NAME=PATH, e.g. unet=./my-unet (a component folder or a .safetensors file)"
 
 
@@ -246,11 +252,66 @@ def folder_sha256(folder: Path) -> str:
     return h.hexdigest()
 
 
+def cache_key(card) -> list:
+    """What a cache key of arrays made by ``card``'s pipeline adds for its variant: ``[]`` for the base model
+    (keys made before variants existed stay valid), else the variant's key."""
+    return [card.adapted.key()] if card.adapted else []
+
+
 def from_settings(settings: Mapping) -> Variant:
     """The variant a run's settings (RunConfig or run.yaml mapping) name."""
     get = settings.get if isinstance(settings, Mapping) else lambda k, d=None: getattr(settings, k, d)
     return resolve(get("loras") or (), get("components") or {})
 
 
-__all__ = ["Variant", "LoraSpec", "ComponentSpec", "NO_VARIANT", "resolve", "resolve_lora", "resolve_component",
+# --- the variant of an existing run -----------------------------------------------------------
+def for_run(run, model: Optional[str] = None, loras: Optional[Iterable[str]] = None,
+            components: Optional[Mapping[str, str]] = None, *, what: str = "run") -> Variant:
+    """The variant a command working on an existing run uses: the one its run.yaml records (for the run's own
+    model), its files still holding the bytes the run was made with (manifest.json). ``loras`` / ``components``
+    given on the command line must name the same files and scales, or are refused with the difference named.
+    A ``model`` other than the run's gets only what the command line gives."""
+    from ..rundir import RunDir
+    from ..safeload import load_yaml
+
+    rd = RunDir(run)
+    given = resolve(loras or (), components or {}) if (loras or components) else None
+    cfg = load_yaml(rd.config) if rd.config.exists() else None
+    if not isinstance(cfg, dict) or (model is not None and cfg.get("model") not in (None, model)):
+        return given or NO_VARIANT  # no recorded settings (a folder holding a probe file), or another model
+    try:
+        recorded = from_settings(cfg)
+    except AuditError as e:
+        raise AuditError(f"{rd.config}: the {what}'s recorded LoRAs / components cannot be used: {e}") from None
+    card = rd.read_manifest().get("model")
+    made = card.get("variant") if isinstance(card, dict) and isinstance(card.get("variant"), dict) else {}
+    if identity_of(made) != recorded.identity():
+        from ..resume import differences
+
+        raise AuditError(f"{rd.root}: its LoRA / component files changed since the {what} was made ("
+                         f"{'; '.join(differences(identity_of(made), recorded.identity()))}): the {what}'s images "
+                         "were not made with these bytes")
+    if given is not None and given.identity() != recorded.identity():
+        from ..resume import differences
+
+        raise AuditError(f"--lora / --component: the {what} {rd.root} was made with other ones ("
+                         f"{'; '.join(differences(recorded.identity(), given.identity()))}); leave them out to use "
+                         f"the {what}'s own")
+    return recorded
+
+
+def identity_of(described: Mapping) -> dict:
+    """:meth:`Variant.identity` of a :meth:`Variant.described` record (manifest.json)."""
+    out: dict = {}
+    loras, comps = described.get("loras"), described.get("components")
+    if isinstance(loras, list) and loras:
+        out["loras"] = [{"sha256": x.get("sha256"), "scale": x.get("scale")} if isinstance(x, dict) else x
+                        for x in loras]
+    if isinstance(comps, dict) and comps:
+        out["components"] = {str(n): {"sha256": v.get("sha256")} if isinstance(v, dict) else v
+                             for n, v in sorted(comps.items())}
+    return out
+
+
+__all__ = ["for_run", "identity_of", "cache_key", "Variant", "LoraSpec", "ComponentSpec", "NO_VARIANT", "resolve", "resolve_lora", "resolve_component",
            "split_scale", "split_component", "component_options", "from_settings", "folder_sha256"]

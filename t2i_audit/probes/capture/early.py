@@ -181,12 +181,13 @@ class PreviewJudge:
 
 def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str = "cpu",
                            fractions: Sequence[float] = DEFAULT_FRACTIONS, previews: bool = True,
-                           progress: bool = True, state=None) -> dict:
+                           progress: bool = True, state=None, variant=None) -> dict:
     """Replay every image's first steps in the generation's planned batches; store per-image features.
-    Returns meta (``{}`` on a non-main process)."""
+    Returns meta (``{}`` on a non-main process). ``variant``: the run's LoRAs / components (t2i_audit.variants)."""
     from ...generate import load_pipeline
     from ...models import resolve_model
     from ...processes import process_state
+    from ...variants import cache_key
     from .denoiser import run_settings
 
     rd = rd if isinstance(rd, RunDir) else RunDir(rd)
@@ -196,7 +197,7 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
     images = {(r["prompt_id"], int(r.get("sample", 0))): r for r in rd.read_images()}
     if not images:
         raise AuditError(f"{rd.images}: no images; run the generate stage first")
-    card = resolve_model(model)
+    card = resolve_model(model).with_variant(variant)
     s = run_settings(rd, card, device)
     steps = sorted({step_at(f, s["steps"]) for f in fractions})
     plan = [[(p, k) for p, k in b if (p["id"], k) in images]
@@ -206,7 +207,8 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
         raise AuditError(f"{rd.images}: images not in the run's batch plan (other prompts or samples)")
     rows = [(p["id"], k) for b in plan for p, k in b]
     seeds = [[int(images[(p["id"], k)]["seed"]) for p, k in b] for b in plan]
-    key = hashlib.sha1(json.dumps([card.source, card.revision, s, steps, previews, rows, seeds, FORMAT],
+    key = hashlib.sha1(json.dumps([card.source, card.revision, s, steps, previews, rows, seeds, FORMAT,
+                                   *cache_key(card)],
                                   default=str, sort_keys=True).encode()).hexdigest()[:16]
     enc_dir = rd.activations_dir / "early"
     meta_path = enc_dir / "meta.json"

@@ -181,6 +181,10 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
     src = fitted["settings"]
     T = int(src["steps"])
     card = resolve_model(cfg.model)
+    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.for_run), checked
+        from ...variants.check import check_variant
+
+        card = check_variant(card, cfg.variant())
     records = expand_suites(cfg.prompts, cfg.limit, 0)
     plan = choose_for_budget(from_run, budget, records)
     n_max = max((max(c["policy"].n_of, int(np.ceil(c["policy"].cost(T).iterations / T)))
@@ -200,7 +204,7 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
                                  "stages": ["prompts", "generate", "score"]})
     identity = {"model": cfg.model, "prompts": prompt_digest(records), "budget": budget, "seed": base,
                 "holdout": holdout, "from_probes": f"sha256 {file_sha256(RunDir(from_run).probes_dir / 'early_probes.json')[:16]}",
-                "policies": {c: v["policy"].as_dict() for c, v in plan.items()}}
+                "policies": {c: v["policy"].as_dict() for c, v in plan.items()}, **card.adapted.identity()}
     rd = RunDir(cfg.out or default_run_dir(cfg, card, command="select", settings=identity))
     claim_output_dir(rd.root, "run", command="select", settings=identity)
     counter = Counter()
