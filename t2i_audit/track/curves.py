@@ -76,40 +76,68 @@ def headline_source(sources) -> Optional[str]:
     return den[len(den) // 2] if den else None
 
 
-def text_sources(run_root: Path) -> tuple[dict[str, np.ndarray], list[str]]:
+def text_sources(run_root: Path) -> tuple[dict[str, np.ndarray], list[str], list]:
     """Each text encoder's conditioning layer (the layer the pipeline feeds its denoiser; else its last) at the
-    end-of-text token, one row per prompt, and the prompt ids of the rows."""
+    end-of-text token, one row per prompt; the prompt ids of the rows; the extractions' keys (meta.json)."""
     from ..probes.capture.activations import load_activations, load_array
 
-    out, ids = {}, []
+    out, ids, keys = {}, [], []
     act = Path(run_root) / "activations"
     for enc in sorted(p for p in act.iterdir() if p.is_dir() and p.name != "denoiser") if act.is_dir() else []:
         if not (enc / "meta.json").is_file():
             continue
         meta, ids = load_activations(enc)
+        keys.append([enc.name, meta.get("key"), meta.get("sha256")])
         layer = meta.get("conditioning_layer") or (meta.get("layers") or [None])[-1]
         if layer and f"{layer}__eos" in meta.get("arrays", []):
             out[f"text:{enc.name}:{layer}__eos"] = np.asarray(load_array(enc, f"{layer}__eos"), np.float32)
-    return out, ids
+    return out, ids, keys
+
+
+FITS_VERSION = 1
 
 
 def decodability(root: Path, entry: ix.Entry, prompts: dict, *, folds: int = 5) -> tuple[list, dict]:
-    """Rows (source × target × split: mean p(true) with CI) and per-item values of one checkpoint."""
+    """Rows (source × target × split: mean p(true) with CI) and per-item values of one checkpoint; cached in
+    ``activations/<label>/fits.json`` under the key of everything they depend on (the captured and stored
+    activations, the prompts, the folds), so a rerun or the next callback call refits only what is new."""
+    import hashlib
+    import json
+
+    from ..rundir import atomic_write_json
+    from ..safeload import read_cache_json
+
     sources: dict = {}
+    parts: list = [FITS_VERSION, folds, sorted(prompts)]
     if entry.activations:
         meta, arrays = load_capture(root / entry.activations)
         if meta:
+            parts.append(meta.get("sha256"))
             keys = list(zip(meta["prompt_ids"], meta["samples"]))
             sources.update({s: (keys, a) for s, a in denoiser_sources(meta, arrays).items()})
-    text, ids = text_sources(root / entry.run)
+    text, ids, text_keys = text_sources(root / entry.run)
+    parts.append(text_keys)
     sources.update({s: ([(i, 0) for i in ids], a) for s, a in text.items()})
+    key = hashlib.sha1(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    cache = root / "activations" / ix.folder_name(entry.label) / "fits.json"
+    cached = read_cache_json(cache)
+    if cached and cached.get("key") == key:
+        return cached["rows"], {s: {tuple(json.loads(k)): v for k, v in m.items()} for s, m in cached["items"].items()}
+    rows, items = _fit_sources(sources, prompts, folds)
+    atomic_write_json(cache, {"key": key, "rows": rows, "items": {
+        s: {json.dumps(list(k)): (None if not np.isfinite(v) else float(v)) for k, v in m.items()}
+        for s, m in items.items()}})
+    return rows, items
+
+
+def _fit_sources(sources: dict, prompts: dict, folds: int) -> tuple[list, dict]:
     rows, items = [], {}
     for source, (keys, X) in sorted(sources.items()):
         recs = [prompts.get(pid) for pid, _ in keys]
         if any(r is None for r in recs):
             continue
         per_item, target_rows = fit_source(np.asarray(X, np.float32), recs, folds=folds)
-        items[source] = {k: v for k, v in zip(keys, per_item)}
+        items[source] = {k: float(v) for k, v in zip(keys, per_item)}
         groups = np.array([cluster(r) for r in recs])
         split = np.array([r.get("split") or "train" for r in recs])
         for target, res, p_true in [("all", {}, per_item), *target_rows]:

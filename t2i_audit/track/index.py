@@ -60,6 +60,7 @@ class Index(BaseModel):
     settings: dict = {}
     entries: list[Entry] = []
     skipped: list[Skip] = []
+    sessions: list[dict] = []       # per invocation: when, what it audited, what it loaded (reuse.Session.loads)
     updated_utc: str = ""
 
     def entry(self, label: str) -> Optional[Entry]:

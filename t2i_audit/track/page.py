@@ -69,8 +69,8 @@ def render_page(root: Path, points, summary: dict, index: ix.Index) -> str:
     xs = [c["label"] if c["step"] is None or c["label"] == "final" else
           ("base" if c["label"] == "base" else str(c["step"])) for c in cps]
     P = charts.PALETTE
-    splits = [s for s in ("all", "train", "heldout") if any(_row(c["success"], category="all", split=s) for c in cps)]
-    has_heldout = "heldout" in splits
+    has_heldout = any(_row(c["success"], category="all", split="heldout") for c in cps)
+    splits = ["all", "train", "heldout"] if has_heldout else ["all"]
     series = [x for x in (_chart_series(cps, lambda c, s=s: _row(c["success"], category="all", split=s), P[i],
                                         SPLIT_NAMES[s]) for i, s in enumerate(splits)) if x]
     chance = (summary.get("crossing") or {}).get("chance")
@@ -109,10 +109,11 @@ def render_page(root: Path, points, summary: dict, index: ix.Index) -> str:
 def _decod_charts(cps: list[dict], xs: list, headline: Optional[str], has_heldout: bool) -> list[dict]:
     from ..report import charts
 
-    sources = sorted({r["source"] for c in cps for r in c["decodability"]},
-                     key=lambda s: (s != headline, not s.startswith("denoiser"), s))
+    sources = sorted({r["source"] for c in cps for r in c["decodability"]})
+    # the headline denoiser layer and each text encoder's conditioning layer; every other block is in the tables
+    shown = [s for s in sources if s == headline] + [s for s in sources if s.startswith("text:")]
     out = []
-    for source in sources[:4]:
+    for source in shown:
         splits = ("train", "heldout") if has_heldout else ("all",)
         series = [x for x in (_chart_series(cps, lambda c, s=s: _decod(c["decodability"], source, s), charts.PALETTE[i],
                                             SPLIT_NAMES[s]) for i, s in enumerate(splits)) if x]
@@ -122,7 +123,7 @@ def _decod_charts(cps: list[dict], xs: list, headline: Optional[str], has_heldou
         refs = [(sum(chances) / len(chances), "chance")] if chances else []
         kind, _, name = source.partition(":")
         title = f"{'Denoiser' if kind == 'denoiser' else 'Text encoder'} {name}" + (" (headline)" if source == headline else "")
-        out.append({"title": title, "keys": series, "chart": charts.line_chart(
+        out.append({"title": title, "legend": series, "chart": charts.line_chart(
             xs, series, x_label="training step", y_label="p(true value)", refs=refs, width=720)})
     return out
 

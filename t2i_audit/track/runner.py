@@ -21,6 +21,7 @@ from ..errors import AuditError
 from . import index as ix
 
 RUN_STAGES = ["prompts", "generate", "score", "probe", "report"]
+PROMPTS = "prompts.jsonl"  # the track's prompts, expanded once
 
 
 class TrackConfig(BaseModel):
@@ -47,15 +48,18 @@ class TrackConfig(BaseModel):
     final_step: Optional[int] = Field(default=None, ge=0)  # the final output's training step (no file names it)
     out: Optional[str] = None
 
-    def run_config(self, entry: ix.Entry, out: Path):
-        """The run of one entry: this track's settings, the entry's components / LoRAs, its own folder."""
+    def run_config(self, entry: ix.Entry, root: Path):
+        """The run of one entry: this track's settings, the entry's components / LoRAs, its own folder, and the
+        track's expanded prompts (``TRACK/prompts.jsonl``: the suite is expanded once, not once per checkpoint; the
+        run's identity holds the prompts by content, so it is the identity of a ``run`` with the suite itself)."""
         from ..api import make_config
 
-        data = self.model_dump(include={"model", "prompts", "limit", "images_per_prompt", "seed", "batch_size",
+        data = self.model_dump(include={"model", "limit", "images_per_prompt", "seed", "batch_size",
                                         "device", "dtype", "steps", "guidance", "size", "scorers"})
         data = {k: v for k, v in data.items() if v is not None}
-        return make_config({**data, "components": dict(entry.components), "loras": list(entry.loras),
-                            "stages": RUN_STAGES, "out": str(out)}, where=f"track run {entry.label}")
+        return make_config({**data, "prompts": [str(Path(root) / PROMPTS)], "components": dict(entry.components),
+                            "loras": list(entry.loras), "stages": RUN_STAGES, "out": str(Path(root) / entry.run)},
+                           where=f"track run {entry.label}")
 
 
 # what changes a track's numbers; not where it goes, on which device, how fast, or how it is analysed
@@ -89,6 +93,7 @@ def run_track(output_dir: Path | str, cfg: TrackConfig, *, progress: bool = True
     root = Path(cfg.out) if cfg.out else default_track_dir(output_dir)
     settings = track_identity(cfg, str(output_dir.resolve()), card, records)
     claim_output_dir(root, "track", command="track", settings=settings)
+    write_prompts(root, records)
     local = Path(card.pretrained_path())
     base = Base.of(read_model_index(card.pretrained_path(), card.revision), local if local.is_dir() else None)
     with RunLock(root):
@@ -114,12 +119,25 @@ def run_track(output_dir: Path | str, cfg: TrackConfig, *, progress: bool = True
     return root
 
 
+def write_prompts(root: Path, records: list[dict]) -> None:
+    """``TRACK/prompts.jsonl``, rewritten only where it does not hold exactly these records (the claim has checked
+    that a resumed track has these prompts; a hand-edited file is put back)."""
+    from ..rundir import atomic_write_bytes, dumps_line
+
+    path = Path(root) / PROMPTS
+    data = "".join(dumps_line(r) + "\n" for r in records).encode()
+    if not path.is_file() or path.read_bytes() != data:
+        atomic_write_bytes(path, data)
+
+
 def audit_entries(root: Path, cfg: TrackConfig, entries: list, records: list[dict], index: ix.Index, *,
                   progress: bool = True, session=None) -> None:
     """Each entry's run (and fresh-seed capture) in order, in one reuse session; the index saved after each."""
     from ..reuse import Session, reusing
     from .swap import switch
 
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    audited = []
     with reusing(session or Session(switch=switch)) as held:
         for i, entry in enumerate(entries, 1):
             old = index.entry(entry.label)
@@ -135,11 +153,11 @@ def audit_entries(root: Path, cfg: TrackConfig, entries: list, records: list[dic
             else:
                 entry.status, entry.error = "done", None
             entry.seconds = round(time.perf_counter() - t0, 3)
+            audited.append(entry.label)
             index.put(entry)
             ix.save_index(root, index)
-        index.settings.setdefault("loads", {})
-        for k, v in held.loads.items():
-            index.settings["loads"][k] = index.settings["loads"].get(k, 0) + v
+    if audited:
+        index.sessions.append({"started_utc": started, "audited": audited, "loads": dict(held.loads)})
 
 
 def audit_one(root: Path, cfg: TrackConfig, entry: ix.Entry, records: list[dict], *, progress: bool) -> None:
@@ -147,7 +165,7 @@ def audit_one(root: Path, cfg: TrackConfig, entry: ix.Entry, records: list[dict]
     from ..api import run_audit
     from ..models import resolve_model
 
-    run_dir = run_audit(cfg.run_config(entry, root / entry.run), progress=progress)
+    run_dir = run_audit(cfg.run_config(entry, root), progress=progress)
     if cfg.denoiser_samples:
         entry.activations = f"activations/{ix.folder_name(entry.label)}"
         card = resolve_model(cfg.model).with_variant(loras=entry.loras, components=entry.components)
