@@ -18,8 +18,10 @@ THUMB_MAX_PX = 64
 SPLIT_NAMES = {"all": "all", "train": "seen", "heldout": "held-out"}
 
 
-def write_track_page(root: Path, *, chance: Optional[float] = None, folds: int = 5, progress: bool = False) -> dict:
-    """Analyse the track's runs and write the page and its tables; returns the summary (curves.json)."""
+def write_track_page(root: Path, *, chance: Optional[float] = None, folds: int = 5, progress: bool = False,
+                     dest: Optional[Path] = None) -> dict:
+    """Analyse the track's runs and write the page and its tables into the track (or ``dest``: a copy to publish,
+    without the links into the runs, which stay behind); returns the summary (curves.json)."""
     import pandas as pd
 
     from ..report.tables import write_tables
@@ -32,14 +34,15 @@ def write_track_page(root: Path, *, chance: Optional[float] = None, folds: int =
     index = ix.load_index(root)
     summary["skipped"] = [s.model_dump() for s in index.skipped]
     summary["failed"] = [{"label": e.label, "error": e.error} for e in index.entries if e.status == "failed"]
-    atomic_write_json(root / "curves.json", summary)
+    out = Path(dest) if dest is not None else root
+    atomic_write_json(out / "curves.json", summary)
     succ = [{"label": c["label"], "step": c["step"], **{k: v for k, v in r.items() if k != "ci"},
              "lo": r["ci"][0], "hi": r["ci"][1]} for c in summary["checkpoints"] for r in c["success"]]
     dec = [{"label": c["label"], "step": c["step"], **{k: v for k, v in r.items() if k != "ci"},
             "lo": r["ci"][0], "hi": r["ci"][1]} for c in summary["checkpoints"] for r in c["decodability"]]
-    write_tables(pd.DataFrame(succ), root, "success")
-    write_tables(pd.DataFrame(dec), root, "decodability")
-    atomic_write_text(root / "index.html", render_page(root, points, summary, index))
+    write_tables(pd.DataFrame(succ), out, "success")
+    write_tables(pd.DataFrame(dec), out, "decodability")
+    atomic_write_text(out / "index.html", render_page(root, points, summary, index, links=out == root))
     return summary
 
 
@@ -61,7 +64,7 @@ def _decod(rows: list[dict], source: str, split: str) -> Optional[dict]:
     return {"rate": r["p_true"], "ci": r["ci"]} if r else None
 
 
-def render_page(root: Path, points, summary: dict, index: ix.Index) -> str:
+def render_page(root: Path, points, summary: dict, index: ix.Index, *, links: bool = True) -> str:
     from ..report import charts
     from ..report.html import render, static_assets
 
@@ -93,7 +96,7 @@ def render_page(root: Path, points, summary: dict, index: ix.Index) -> str:
         "category_keys": cat_series, "decod_charts": decod_charts,
         "crossing": _crossing_view(summary, cps), "chance_from": summary.get("chance_from", ""),
         "rise": _rise_view(summary.get("rise")),
-        "split_cols": [SPLIT_NAMES[s] for s in splits], "rows": _rows(points, cps, splits, summary),
+        "split_cols": [SPLIT_NAMES[s] for s in splits], "rows": _rows(points, cps, splits, summary, links),
         "decod_col": f"held-out {summary['headline_source'].split(':', 1)[1]}" if summary.get("headline_source")
         else "decodability",
         "thumbs_per_row": THUMBS_PER_ROW, "skipped": summary.get("skipped", []) + [
@@ -172,7 +175,7 @@ def _rise_view(rise: Optional[dict]) -> Optional[dict]:
             "n_groups": rise["n_groups"]}
 
 
-def _rows(points, cps: list[dict], splits: list[str], summary: dict) -> list[dict]:
+def _rows(points, cps: list[dict], splits: list[str], summary: dict, links: bool) -> list[dict]:
     from ..report import charts
 
     head = summary.get("headline_source")
@@ -189,7 +192,7 @@ def _rows(points, cps: list[dict], splits: list[str], summary: dict) -> list[dic
         d = _decod(c["decodability"], head, "heldout") if head else None
         out.append({"label": c["label"], "step": c["step"], "layout": c["layout"], "ema": c["ema"], "splits": cells,
                     "failures": charts.stacked_bar(sorted(counts.items()), width=220) if counts else "",
-                    "decod": d["rate"] if d else None, "thumbs": _thumbs(p), "run": c["run"]})
+                    "decod": d["rate"] if d else None, "thumbs": _thumbs(p), "run": c["run"] if links else None})
     return out
 
 

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field, create_model
 
+from ..api import RunConfig
 from ..errors import AuditError
 from . import index as ix
 
@@ -24,29 +25,22 @@ RUN_STAGES = ["prompts", "generate", "score", "probe", "report"]
 PROMPTS = "prompts.jsonl"  # the track's prompts, expanded once
 
 
-class TrackConfig(BaseModel):
+# the settings a track hands to every one of its runs: RunConfig's own definitions (types, defaults, bounds)
+SHARED = ("model", "prompts", "limit", "images_per_prompt", "seed", "batch_size", "device", "dtype", "steps",
+          "guidance", "size", "scorers", "out")
+_RunSettings = create_model("_RunSettings", __config__=ConfigDict(extra="forbid"),
+                            **{k: (RunConfig.model_fields[k].annotation, RunConfig.model_fields[k]) for k in SHARED})
+
+
+class TrackConfig(_RunSettings):
     """What a track measures (every run of it shares it) and how (device, batch size: not identity)."""
 
-    model_config = ConfigDict(extra="forbid")
-    model: str
-    prompts: list[str] = Field(min_length=1)
-    limit: Optional[int] = Field(default=None, gt=0)
-    images_per_prompt: int = Field(default=1, gt=0)
-    seed: int = 0
-    batch_size: int = Field(default=4, gt=0)
-    device: str = "auto"
-    dtype: Optional[str] = None
-    steps: Optional[int] = Field(default=None, gt=0)
-    guidance: Optional[float] = None
-    size: Optional[int] = Field(default=None, gt=0)
-    scorers: Optional[list[str]] = None
     ema: bool = False                          # audit <component>_ema/ where a checkpoint has it
     settle: float = Field(default=10.0, ge=0)  # a checkpoint modified more recently is still being written
     denoiser_samples: int = Field(default=4, ge=0)  # fresh-seed replays per prompt for decodability (0: none)
     chance: Optional[float] = Field(default=None, ge=0, le=1)  # success by chance; None: the base model's
     folds: int = Field(default=5, ge=2)        # decodability's grouped CV folds
     final_step: Optional[int] = Field(default=None, ge=0)  # the final output's training step (no file names it)
-    out: Optional[str] = None
 
     def run_config(self, entry: ix.Entry, root: Path):
         """The run of one entry: this track's settings, the entry's components / LoRAs, its own folder, and the
@@ -54,8 +48,7 @@ class TrackConfig(BaseModel):
         run's identity holds the prompts by content, so it is the identity of a ``run`` with the suite itself)."""
         from ..api import make_config
 
-        data = self.model_dump(include={"model", "limit", "images_per_prompt", "seed", "batch_size",
-                                        "device", "dtype", "steps", "guidance", "size", "scorers"})
+        data = self.model_dump(include=set(SHARED) - {"prompts", "out"})
         data = {k: v for k, v in data.items() if v is not None}
         return make_config({**data, "prompts": [str(Path(root) / PROMPTS)], "components": dict(entry.components),
                             "loras": list(entry.loras), "stages": RUN_STAGES, "out": str(Path(root) / entry.run)},
@@ -103,12 +96,7 @@ def run_track(output_dir: Path | str, cfg: TrackConfig, *, progress: bool = True
         index.skipped = [ix.Skip(label=s.label, path=str(s.path), reason=s.reason) for s in found.skipped]
         entries = [ix.Entry(label="base", step=0, order=ix.order_key("base", 0), source=cfg.model, layout="base",
                             run="runs/base")]
-        entries += [ix.Entry(label=c.label, step=cfg.final_step if c.label == "final" else c.step, order=ix.order_key(c.label, c.step), source=str(c.path),
-                             layout=c.layout, components={k: str(v) for k, v in c.components.items()},
-                             loras=[str(p) for p in c.loras], ema=c.ema, notes=list(c.notes),
-                             run=f"runs/{ix.folder_name(c.label)}",
-                             files=ix.files_signature([*c.components.values(), *c.loras]))
-                    for c in found.checkpoints]
+        entries += [checkpoint_entry(c, cfg) for c in found.checkpoints]
         for s in found.skipped:
             _say(progress, f"skipped {s.label}: {s.reason}")
         audit_entries(root, cfg, entries, records, index, progress=progress)
@@ -117,6 +105,15 @@ def run_track(output_dir: Path | str, cfg: TrackConfig, *, progress: bool = True
 
         write_track_page(root, chance=cfg.chance, folds=cfg.folds, progress=progress)
     return root
+
+
+def checkpoint_entry(c, cfg: TrackConfig) -> ix.Entry:
+    """A discovered checkpoint as an index entry (the final output at ``--final-step`` where given)."""
+    return ix.Entry(label=c.label, step=cfg.final_step if c.label == "final" else c.step,
+                    order=ix.order_key(c.label, c.step), source=str(c.path), layout=c.layout,
+                    components={k: str(v) for k, v in c.components.items()}, loras=[str(p) for p in c.loras],
+                    ema=c.ema, notes=list(c.notes), run=f"runs/{ix.folder_name(c.label)}",
+                    files=ix.files_signature([*c.components.values(), *c.loras]))
 
 
 def write_prompts(root: Path, records: list[dict]) -> None:

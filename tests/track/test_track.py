@@ -36,7 +36,7 @@ class Counted:
 
         def wrapper(*a, **k):
             self.n += 1
-            return real(*a, **k) if classmethod_ else real(*a, **k)
+            return real(*a, **k)
 
         monkeypatch.setattr(owner, name, classmethod(lambda cls, *a, **k: wrapper(*a, **k)) if classmethod_ else wrapper)
 
