@@ -6,7 +6,7 @@
 # test.json land here. Resumable: rerun to continue.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-WORK=${WORK:-runs/track-demo}
+WORK=$(realpath -m "${WORK:-runs/track-demo}")
 python -m t2i_audit.mini.track_demo train "$WORK"
 python -m t2i_audit.mini.track_demo suites reports/track/suites
 for cov in cov050 cov100; do

@@ -64,10 +64,15 @@ def _nested_step(v: np.ndarray, boot: GroupBootstrap, steps, chance: float, firs
             curves = (w @ sums) / (w @ cnts)
         at = first_above(np.nanquantile(curves, 0.025, axis=0)[first:], chance)
         found.append(np.inf if at is None else float(steps[at + first]))
-    found = np.array(found)
-    lo, hi = np.quantile(found, [0.025, 0.975])
+    lo, hi = step_interval(np.array(found))
     return {"step_ci": [None if np.isinf(lo) else int(lo), None if np.isinf(hi) else int(hi)],
             "crossing_share": float(np.isfinite(found).mean()), "nested_resamples": n}
+
+
+def step_interval(values: np.ndarray) -> tuple[float, float]:
+    """The 95 % percentile interval of step-valued resamples, read off the resamples themselves (lower and higher
+    order statistics: a step between two checkpoints is not a result, and ``inf`` — never — stays ``inf``)."""
+    return (float(np.quantile(values, 0.025, method="lower")), float(np.quantile(values, 0.975, method="higher")))
 
 
 def half_rise(curve: np.ndarray, steps: Sequence[int]) -> Optional[int]:
@@ -76,7 +81,8 @@ def half_rise(curve: np.ndarray, steps: Sequence[int]) -> Optional[int]:
     top = np.nanmax(c)
     if not np.isfinite(c[0]) or not top > c[0]:
         return None
-    return int(steps[int(np.flatnonzero(c >= c[0] + (top - c[0]) / 2)[0])])
+    # ">=" up to float rounding: 0.1 + (0.5 - 0.1) / 2 is 0.30000000000000004, and 0.3 reaches it
+    return int(steps[int(np.flatnonzero(c >= c[0] + (top - c[0]) / 2 - 1e-12)[0])])
 
 
 def rise_lead(success: np.ndarray, s_groups: Sequence, decod: np.ndarray, d_groups: Sequence, steps: Sequence[int],
@@ -104,7 +110,7 @@ def rise_lead(success: np.ndarray, s_groups: Sequence, decod: np.ndarray, d_grou
     ts, td = out["success"]["half_rise_step"], out["decodability"]["half_rise_step"]
     lead = None if ts is None or td is None else ts - td
     defined = leads[np.isfinite(leads)]
-    ci = [float(x) for x in np.quantile(defined, [0.025, 0.975])] if len(defined) >= 10 else [None, None]
+    ci = [float(x) for x in step_interval(defined)] if len(defined) >= 10 else [None, None]
     out["lead"] = {"steps": lead, "ci": ci, "resamples_defined": int(len(defined))}
     out["decision"] = decide(out)
     return out
