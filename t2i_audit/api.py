@@ -153,8 +153,10 @@ def make_config(data: dict, where: str = "run config", schema: type = RunConfig)
     try:
         cfg = schema.model_validate(data)
     except ValidationError as e:
-        msgs = [f"{where}: {'.'.join(map(str, err['loc']))}: "
-                f"{'unknown setting' if err['type'] == 'extra_forbidden' else err['msg']}" for err in e.errors()]
+        # a field validator's AuditError text arrives as pydantic's "Value error, <text>"
+        msgs = [f"{where}: {'.'.join(map(str, err['loc']))}: " + ("unknown setting" if err["type"] == "extra_forbidden"
+                                                                  else err["msg"].removeprefix("Value error, "))
+                for err in e.errors()]
         raise AuditError("\n".join(msgs)) from None
     if schema is not RunConfig:
         return cfg

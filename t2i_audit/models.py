@@ -54,6 +54,8 @@ class ModelCard:
         from . import variants
 
         if variant is None:
+            if not loras and not components:
+                return self
             variant = variants.resolve(loras or (), components or {})
         return replace(self, adapted=variant) if variant or self.adapted else self
 
@@ -118,7 +120,8 @@ class ModelCard:
                 "variant": self.variant, "vae_dtype": self.vae_dtype, "components": self.components,
                 "offload": self.offload, "vae_tiling": self.vae_tiling, "sources": self.sources,
                 "licence": self.licence, "gated": self.gated,
-                **({"variant": self.adapted.described()} if self.adapted else {})}
+                # "variant" is the weights variant (fp16 files); the user's LoRAs / components are "adapted"
+                **({"adapted": self.adapted.described()} if self.adapted else {})}
 
 
 def read_model_index(path_or_repo: str, revision: Optional[str] = None) -> dict:

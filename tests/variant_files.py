@@ -30,8 +30,8 @@ def build(root: Path) -> dict[str, Path]:
               str(root / "lora-transformer.safetensors"))
     out["lora_other_family"] = root / "lora-transformer.safetensors"
     # unet-prefixed keys that name no module of this UNet
-    save_file({k.replace("attn1", "attn9").replace("attn2", "attn8"): v for k, v in sd.items() if k.startswith("unet.")},
-              str(root / "lora-nomatch.safetensors"))
+    save_file({k.replace("attn1", "attn9").replace("attn2", "attn8"): v for k, v in sd.items()
+               if k.startswith("unet.")}, str(root / "lora-nomatch.safetensors"))
     out["lora_no_match"] = root / "lora-nomatch.safetensors"
 
     pipe = DiffusionPipeline.from_pretrained(materialize("tiny-sd"))

@@ -8,7 +8,7 @@ train_dreambooth_lora_lumina2.py). Here the "training" is a seeded random draw o
 the file changes what the model computes, and the rest is the same calls.
 
 Targets: the denoiser's attention projections (``to_q`` / ``to_k`` / ``to_v``, the module names of
-diffusers' ``Attention``; every Linear of an attention block where a family names them otherwise: Kandinsky 5's ``to_query``) and,
+diffusers' ``Attention``; Kandinsky 5's ``to_query`` …; else every Linear of an attention block) and,
 for each text encoder the family's loader loads into, its ``q_proj`` / ``k_proj`` / ``v_proj`` /
 ``out_proj`` (the names diffusers' ``_load_lora_into_text_encoder`` reads ranks from: CLIP's).
 """

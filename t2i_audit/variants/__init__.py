@@ -31,8 +31,8 @@ from ..errors import AuditError
 LORA_WEIGHT_NAME = "pytorch_lora_weights.safetensors"  # diffusers.loaders.lora_base LORA_WEIGHT_NAME_SAFE
 LORA_SYNTAX = "PATH_OR_REPO[:SCALE], e.g. ./my_lora.safetensors:0.8"
 LORA_HELP = ("LoRA to apply, PATH_OR_REPO[:SCALE] (scale default 1.0; repeatable, applied together): a .safetensors "
-             "file, a folder holding one, or a Hub repo (org/repo, hf:org/repo[@rev][/file.safetensors]); loaded by the "
-             "pipeline's own load_lora_weights (needs t2i-audit[lora]).")
+             "file, a folder holding one, or a Hub repo (org/repo, hf:org/repo[@rev][/file.safetensors]); loaded by "
+             "the pipeline's own load_lora_weights (needs t2i-audit[lora]).")
 COMPONENT_HELP = ("NAME=PATH: replace a pipeline component (unet, transformer, text_encoder, vae …) with a "
                   "diffusers/transformers folder or one .safetensors file of the same architecture (repeatable).")
 RUN_VARIANT_NOTE = " Default: the run's own; another is refused."
@@ -214,7 +214,8 @@ def _hub_lora(spec: str, source: str, scale: float) -> LoraSpec:
     except Exception as e:  # offline, no such repo / file / revision, no access: the hub's own words
         raise AuditError(f"--lora {spec!r}: no such local file or folder, and {weight} of Hub repo {repo} cannot "
                          f"be fetched ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    canonical = f"hf:{repo}" + (f"@{revision}" if revision else "") + (f"/{weight}" if weight != LORA_WEIGHT_NAME else "")
+    canonical = (f"hf:{repo}" + (f"@{revision}" if revision else "")
+                 + (f"/{weight}" if weight != LORA_WEIGHT_NAME else ""))
     return LoraSpec(source=canonical, scale=scale, file=str(file), sha256=file_sha256(file))
 
 
@@ -258,17 +259,11 @@ def cache_key(card) -> list:
     return [card.adapted.key()] if card.adapted else []
 
 
-def from_settings(settings: Mapping) -> Variant:
-    """The variant a run's settings (RunConfig or run.yaml mapping) name."""
-    get = settings.get if isinstance(settings, Mapping) else lambda k, d=None: getattr(settings, k, d)
-    return resolve(get("loras") or (), get("components") or {})
-
-
 # --- the variant of an existing run -----------------------------------------------------------
 def for_run(run, model: Optional[str] = None, loras: Optional[Iterable[str]] = None,
             components: Optional[Mapping[str, str]] = None, *, what: str = "run") -> Variant:
     """The variant a command working on an existing run uses: the one its run.yaml records (for the run's own
-    model), its files still holding the bytes the run was made with (manifest.json). ``loras`` / ``components``
+    model), its files still holding the bytes the run was made with (manifest.json ``model.adapted``). ``loras`` / ``components``
     given on the command line must name the same files and scales, or are refused with the difference named.
     A ``model`` other than the run's gets only what the command line gives."""
     from ..rundir import RunDir
@@ -280,11 +275,15 @@ def for_run(run, model: Optional[str] = None, loras: Optional[Iterable[str]] = N
     if not isinstance(cfg, dict) or (model is not None and cfg.get("model") not in (None, model)):
         return given or NO_VARIANT  # no recorded settings (a folder holding a probe file), or another model
     try:
-        recorded = from_settings(cfg)
+        from ..api import make_config  # the recorded settings validated as `run --config` reads them, located
+
+        recorded = make_config({"model": str(cfg.get("model") or model), "prompts": ["-"],
+                                **{k: cfg[k] for k in ("loras", "components") if cfg.get(k) is not None}},
+                               where=str(rd.config)).variant()
     except AuditError as e:
         raise AuditError(f"{rd.config}: the {what}'s recorded LoRAs / components cannot be used: {e}") from None
     card = rd.read_manifest().get("model")
-    made = card.get("variant") if isinstance(card, dict) and isinstance(card.get("variant"), dict) else {}
+    made = card.get("adapted") if isinstance(card, dict) and isinstance(card.get("adapted"), dict) else {}
     if identity_of(made) != recorded.identity():
         from ..resume import differences
 
@@ -313,5 +312,6 @@ def identity_of(described: Mapping) -> dict:
     return out
 
 
-__all__ = ["for_run", "identity_of", "cache_key", "Variant", "LoraSpec", "ComponentSpec", "NO_VARIANT", "resolve", "resolve_lora", "resolve_component",
-           "split_scale", "split_component", "component_options", "from_settings", "folder_sha256"]
+__all__ = ["Variant", "LoraSpec", "ComponentSpec", "NO_VARIANT", "resolve", "resolve_lora", "resolve_component",
+           "split_scale", "split_component", "component_options", "folder_sha256", "for_run", "identity_of",
+           "cache_key"]

@@ -196,7 +196,8 @@ def file_shapes(files: list[Path]) -> dict[str, tuple]:
 def weight_problems(expected: dict, tied: dict, got: dict) -> list[str]:
     missing = [k for k in expected if k not in got and not (tied.get(k, set()) & set(got))]
     unexpected = [k for k in got if k not in expected]
-    shapes = [f"{k} {list(got[k])} instead of {list(expected[k])}" for k in expected if k in got and got[k] != expected[k]]
+    shapes = [f"{k} {list(got[k])} instead of {list(expected[k])}" for k in expected
+              if k in got and got[k] != expected[k]]
     out = []
     for what, keys in (("missing", missing), ("unexpected", unexpected), ("other shapes", shapes)):
         if keys:
@@ -206,6 +207,12 @@ def weight_problems(expected: dict, tied: dict, got: dict) -> list[str]:
 
 
 # --- LoRAs ------------------------------------------------------------------------------------
+def _no_match(e: Exception) -> bool:
+    """peft found no target module: NoMatchingPeftModuleError (peft >= 0.21), a ValueError saying so before."""
+    return type(e).__name__ == "NoMatchingPeftModuleError" or (
+        isinstance(e, ValueError) and "not found in the base model" in str(e))
+
+
 def check_lora(skeletons: _Skeletons, cls, lora) -> None:
     """Load the LoRA into the skeletons by diffusers' per-component calls; refuse an error or no layer reached."""
     from transformers import PreTrainedModel
@@ -237,7 +244,7 @@ def check_lora(skeletons: _Skeletons, cls, lora) -> None:
                 skeleton.load_lora_adapter(dict(state_dict), prefix=comp, network_alphas=alphas,
                                            adapter_name=CHECK_ADAPTER, metadata=metadata, low_cpu_mem_usage=True)
         except Exception as e:  # peft's NoMatchingPeftModuleError, shape or format errors: the real load raises them
-            if type(e).__name__ != "NoMatchingPeftModuleError":
+            if not _no_match(e):
                 raise AuditError(f"{where}: it does not load into {cls.__name__}'s {comp} ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0] if str(e) else ''})") from None
         reached[comp] = adapter_layers({comp: skeleton}, CHECK_ADAPTER)[comp]

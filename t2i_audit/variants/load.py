@@ -163,9 +163,10 @@ def text_lora_components(pipe) -> list[str]:
 def _load_text_only(pipe, file: Path, name: str) -> None:
     state_dict, alphas, metadata = _state_dict(pipe, file)
     for comp in text_lora_components(pipe):
-        type(pipe).load_lora_into_text_encoder(dict(state_dict), network_alphas=alphas, text_encoder=getattr(pipe, comp),
-                                               prefix=comp, lora_scale=pipe.lora_scale, adapter_name=name,
-                                               metadata=metadata, _pipeline=pipe)
+        type(pipe).load_lora_into_text_encoder(dict(state_dict), network_alphas=alphas,
+                                               text_encoder=getattr(pipe, comp), prefix=comp,
+                                               lora_scale=pipe.lora_scale, adapter_name=name, metadata=metadata,
+                                               _pipeline=pipe)
 
 
 def apply_loras(pipe, variant: Variant, *, text_only: bool = False) -> list[dict]:

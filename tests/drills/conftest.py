@@ -13,19 +13,25 @@ def probed_mini(tmp_path_factory, repo_root) -> Path:
     """8 prompts × 2 seeds of the mini generator at 2 steps, early features at loop steps 0 and 1 from the real
     replay, and one per-image probe per step fitted on alternating labels, used for every category (a fitted
     probe proves the plumbing of select, not a prediction). A few seconds on one core."""
+    return make_probed(tmp_path_factory.mktemp("probed") / "run", repo_root)
+
+
+def make_probed(out: Path, repo_root, **settings) -> Path:
+    """The run of ``probed_mini`` at ``out``, with more run ``settings`` (e.g. ``loras``)."""
     from t2i_audit import api
     from t2i_audit.probes.capture.early import extract_early_features, load_early
     from t2i_audit.probes.early_stage import _clean
     from t2i_audit.probes.fit.linear import onehot_constituents
     from t2i_audit.probes.fit.per_image import design, export_probe
     from t2i_audit.rundir import RunDir, atomic_write_json
+    from t2i_audit.variants import for_run
 
-    out = tmp_path_factory.mktemp("probed") / "run"
     cfg = api.make_config(dict(model="mini", prompts=[str(repo_root / "prompts/mini.yaml")], limit=8,
                                images_per_prompt=2, steps=2, stages=["prompts", "generate"], out=str(out),
-                               device="cpu"))
+                               device="cpu", **settings))
     rd = RunDir(api.run_audit(cfg, progress=False))
-    meta = extract_early_features(rd, "mini", fractions=(0.5, 1.0), previews=False, progress=False)
+    meta = extract_early_features(rd, "mini", fractions=(0.5, 1.0), previews=False, progress=False,
+                                  variant=for_run(rd, "mini"))
     arrays, rows, _ = load_early(rd)
     by_id = {p["id"]: p for p in rd.read_prompts()}
     onehot, names = onehot_constituents([by_id[pid] for pid, _ in rows])

@@ -67,7 +67,9 @@ def test_options_are_accepted_and_recorded(files, tmp_path, monkeypatch, capsys)
     assert code == 0, said
     cfg = api.load_config(out / "run.yaml")
     assert cfg.loras == [f"{files['lora'].resolve()}:0.5"] and cfg.components == {"unet": str(files["unet_folder"])}
-    variant = json.loads((out / "manifest.json").read_text())["model"]["variant"]
+    model = json.loads((out / "manifest.json").read_text())["model"]
+    variant = model["adapted"]
+    assert model["variant"] is None  # the card's weights variant (fp16 files) is its own key
     assert variant["loras"][0]["scale"] == 0.5 and len(variant["loras"][0]["sha256"]) == 64
     assert variant["components"]["unet"]["kind"] == "folder"
     marker = json.loads((out / ".t2i-audit.json").read_text())["settings"]
