@@ -69,16 +69,20 @@ def test_callback_with_components_into_a_base(tmp_path, repo_root):
                       scorers=["tiny-qwen3-vl"], page=False)(3, unet=unet)
 
 
-def test_mini_trainer_checkpoints_and_callback(tmp_path):
-    from t2i_audit.mini.train_generator import smoke_config, train_generator
-    from t2i_audit.suite import SHIPPED_SUITES
-    from t2i_audit.track import TrackCallback
+def test_mini_trainer_checkpoints_and_callback(tmp_path, monkeypatch, capsys):
+    """`mini train-generator --checkpoint-every N --track DIR`: diffusers-layout checkpoints (raw and EMA), the
+    untrained pipeline as step 0, and in-process audits appended to a track."""
+    import sys
+
+    from t2i_audit import cli
     from t2i_audit.track.discover import Base, discover
 
-    cb = TrackCallback(tmp_path / "track", prompts=[str(SHIPPED_SUITES / "mini.yaml")], limit=4, steps=2, size=32,
-                       guidance=3.0, scorers=["mini-pixel"], denoiser_samples=0, every=3, page=False)
-    train_generator(tmp_path / "gen", smoke_config(), log=lambda m: None, checkpoint_every=2, save_initial=True,
-                    callback=cb)
+    monkeypatch.setattr(sys, "argv", ["t2i-audit", "mini", "train-generator", "--smoke", "--out", str(tmp_path / "gen"),
+                                      "--checkpoint-every", "2", "--track", str(tmp_path / "track"), "--track-every",
+                                      "3", "--track-limit", "4", "-q"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code in (0, None), capsys.readouterr().err
     index = json.loads((tmp_path / "track" / "track.json").read_text())
     assert [e["label"] for e in index["entries"]] == ["step-0", "step-3"]  # smoke training: 3 steps
     base = Base.of(json.loads((tmp_path / "gen_initial" / "model_index.json").read_text()), tmp_path / "gen_initial")
