@@ -234,12 +234,15 @@ def summarize(points: list[Point], *, chance: Optional[float] = None) -> dict:
     S, s_keys, _ = item_matrix(points, heldout_success)
     prompts = points[0].prompts
     s_groups = [cluster(prompts[k[0]]) for k in s_keys]
-    if chance is None and len(S):
-        chance, out["chance_from"] = float(np.mean(S[:, 0])), "the base model's held-out success"
+    base_rate = float(np.mean(S[:, 0])) if len(S) else None
+    if chance is None:
+        chance, out["chance_from"] = base_rate, "the base model's held-out success"
     else:
         out["chance_from"] = "given (--chance)"
     if len(S) and len(points) > 1:
         out["crossing"] = crossing(S, s_groups, steps, chance)
+        if out["chance_from"].startswith("given"):  # beside it: against what the base model itself scores
+            out["crossing_base"] = crossing(S, s_groups, steps, base_rate)
     head = headline_source(points[0].decod_items)
     out["headline_source"] = head
     if head and len(S) and len(points) > 2:

@@ -105,7 +105,7 @@ def render_page(root: Path, points, summary: dict, index: ix.Index, *, links: bo
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         **static_assets(),
     }
-    ctx["css"] = ctx["css"] + "img.px{image-rendering:pixelated;margin:1px;border:1px solid #e2e4ea}"
+    ctx["css"] = ctx["css"] + "img.px{image-rendering:pixelated;margin:1px;border:1px solid #e2e4ea}td.thumbs{white-space:nowrap}"
     return render("track.html.j2", ctx)
 
 
@@ -159,7 +159,14 @@ def _crossing_view(summary: dict, cps: list[dict]) -> Optional[dict]:
         return None
     lo, hi = cr.get("step_ci") or [None, None]
     text = f"steps {lo if lo is not None else 'never'}–{hi if hi is not None else 'never (within these checkpoints)'}"
-    return {**cr, "label": _label_at(cps, cr.get("index")), "step_text": text}
+    base = summary.get("crossing_base")
+    vs_base = None
+    if base:
+        at = _label_at(cps, base.get("index"))
+        vs_base = (f"against the base model's own held-out success ({base['chance']:.1%}): "
+                   + (f"first above it at {at}, {base['rate']:.1%} [{base['ci'][0]:.1%}, {base['ci'][1]:.1%}]" if at
+                      else "never above it with its 95 % CI"))
+    return {**cr, "label": _label_at(cps, cr.get("index")), "step_text": text, "vs_base": vs_base}
 
 
 def _rise_view(rise: Optional[dict]) -> Optional[dict]:

@@ -16,15 +16,40 @@ from t2i_audit.rundir import RunDir, read_jsonl
 
 from .outputs import age, load_tiny, perturbed, save_components, unet_lora_layers
 
-SETTINGS = dict(model="tiny-sd", limit=4, steps=2, size=32, scorers=["tiny-qwen3-vl"], device="cpu", settle=0,
+SETTINGS = dict(model="tiny-sd", steps=2, size=32, scorers=["tiny-qwen3-vl"], device="cpu", settle=0,
                 denoiser_samples=1, folds=2)
+# 4 prompts, one composition held out (as a training run never saw it)
+SUITE = """suite: track-test
+version: 1
+concepts:
+  shapes: {family: object, values: [circle, square]}
+  colors: {family: color, values: [red, blue]}
+templates:
+  - name: single
+    category: color
+    text: "{c1.a} {o1}"
+    slots: {c1: colors, o1: shapes}
+    expect:
+      objects:
+        - {id: o1, color: c1}
+heldout:
+  bind: [color, object]
+  compositions:
+    - [red, square]
+"""
 
 
-def track_config(repo_root: Path, out: Path, **kw):
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("suite") / "track-test.yaml"
+    path.write_text(SUITE)
+    return str(path)
+
+
+def track_config(suite: str, out: Path, **kw):
     from t2i_audit.track.runner import TrackConfig
 
-    return api.make_config({**SETTINGS, "prompts": [str(repo_root / "prompts/colors.yaml")], "out": str(out), **kw},
-                           schema=TrackConfig)
+    return api.make_config({**SETTINGS, "prompts": [suite], "out": str(out), **kw}, schema=TrackConfig)
 
 
 class Counted:
@@ -42,7 +67,7 @@ class Counted:
 
 
 @pytest.fixture(scope="module")
-def tracked(repo_root, tmp_path_factory):
+def tracked(suite, tmp_path_factory):
     """A training output with checkpoint-2 (a UNet), tracked; then checkpoint-3 (a LoRA) and a half-written
     checkpoint-4 added and the same command rerun — with every pipeline and judge load counted."""
     from diffusers import DiffusionPipeline, StableDiffusionPipeline
@@ -60,7 +85,7 @@ def tracked(repo_root, tmp_path_factory):
     judge_cls = type(create_scorer("tiny-qwen3-vl"))
     judges = Counted(mp, judge_cls, "load")
     try:
-        run_track(out, track_config(repo_root, root), progress=False)
+        run_track(out, track_config(suite, root), progress=False)
         first = {"pipelines": pipelines.n, "judges": judges.n}
         images_before = (root / "runs/checkpoint-2/images.jsonl").read_bytes()
         StableDiffusionPipeline.save_lora_weights(str(out / "checkpoint-3"), unet_lora_layers=unet_lora_layers(pipe.unet),
@@ -70,7 +95,7 @@ def tracked(repo_root, tmp_path_factory):
         w.write_bytes(w.read_bytes()[:-64])  # still being written
         age(out / "checkpoint-3")  # finished writing a while ago (checkpoint-2 keeps its times: not audited again)
         age(out / "checkpoint-4")
-        run_track(out, track_config(repo_root, root), progress=False)
+        run_track(out, track_config(suite, root), progress=False)
         second = {"pipelines": pipelines.n - first["pipelines"], "judges": judges.n - first["judges"]}
     finally:
         mp.undo()
@@ -92,21 +117,22 @@ def test_rerun_audits_only_the_new_checkpoint_and_names_the_half_written(tracked
         ("base", 0, "base", "done"), ("checkpoint-2", 2, "components", "done"), ("checkpoint-3", 3, "lora", "done")]
     assert [s["label"] for s in idx["skipped"]] == ["checkpoint-4"]
     assert "truncated" in idx["skipped"][0]["reason"]
+    curves = json.loads((tracked["root"] / "curves.json").read_text())
+    assert curves["crossing"]["n_groups"] == 1 and curves["rise"]["n_groups"] == 1  # the held-out composition
     assert (tracked["root"] / "runs/checkpoint-2/images.jsonl").read_bytes() == tracked["images_before"]
     assert not (tracked["root"] / "runs/checkpoint-4").exists()
     page = (tracked["root"] / "index.html").read_text()
     assert "checkpoint-4" in page and "truncated" in page
 
 
-def test_each_checkpoint_run_equals_a_separate_run(tracked, repo_root, tmp_path):
+def test_each_checkpoint_run_equals_a_separate_run(tracked, suite, tmp_path):
     """Same images (bytes) and verdicts as `run --component unet=…` / `run --lora …` made alone."""
     out, root = tracked["out"], tracked["root"]
     for label, variant in (("checkpoint-2", {"components": {"unet": str(out / "checkpoint-2/unet")}}),
                            ("checkpoint-3", {"loras": [str(out / "checkpoint-3/pytorch_lora_weights.safetensors")]}),
                            ("base", {})):
-        cfg = api.make_config({k: v for k, v in SETTINGS.items() if k in ("model", "limit", "steps", "size", "scorers",
-                                                                          "device")}
-                              | {"prompts": [str(repo_root / "prompts/colors.yaml")], "out": str(tmp_path / label),
+        cfg = api.make_config({k: v for k, v in SETTINGS.items() if k in ("model", "steps", "size", "scorers", "device")}
+                              | {"prompts": [suite], "out": str(tmp_path / label),
                                  "stages": ["prompts", "generate", "score"], **variant})
         alone = RunDir(api.run_audit(cfg, progress=False))
         tracked_run = RunDir(root / "runs" / label)
@@ -180,3 +206,16 @@ def test_track_cli_refuses_with_located_errors(tmp_path, repo_root, monkeypatch,
     assert code == 2 and "not made by t2i-audit" in err
     assert sorted(p.name for p in (tmp_path / "foreign").iterdir()) == ["mine.txt"]
     assert not (tmp_path / "t").exists()
+
+
+def test_published_copy_with_a_given_chance(tracked, tmp_path):
+    """A copy of the page elsewhere (reports/): no links into runs that stay behind; a given chance is shown beside
+    the base model's own rate."""
+    from t2i_audit.track.page import write_track_page
+
+    summary = write_track_page(tracked["root"], chance=0.01, folds=2, dest=tmp_path)
+    assert summary["chance_from"] == "given (--chance)" and summary["crossing"]["chance"] == 0.01
+    assert "crossing_base" in summary  # the same rule against what the base model scores
+    html = (tmp_path / "index.html").read_text()
+    assert "against the base model&#39;s own held-out success" in html or "against the base model's own" in html
+    assert "/report/index.html" not in html and (tmp_path / "success.csv").is_file()
