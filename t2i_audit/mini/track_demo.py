@@ -125,7 +125,10 @@ def summary(work: Path, out: Path) -> dict:
                  "train_cpu_seconds": train.get("cpu_seconds"), "steps": rise.get("steps"),
                  "heldout_success": rise.get("success"), "heldout_decodability": rise.get("decodability"),
                  "lead": rise.get("lead"), "decision": rise.get("decision"), "crossing": curves.get("crossing"),
-                 "seen_success": _curve(curves, "train"), "text_reference": _text_curve(curves)}
+                 "crossing_vs_base": curves.get("crossing_base"), "seen_success": _curve(curves, "train"),
+                 "heldout_success_ci": _curve(curves, "heldout"),
+                 "heldout_decodability_ci": _text_curve(curves, "denoiser:mid@middle"),
+                 "text_reference": _text_curve(curves)}
         result["models"].append(entry)
     atomic_write_json(Path(out) / "test.json", result)
     from .track_demo_page import render_overview
@@ -152,10 +155,11 @@ def _curve(curves: dict, split: str) -> list:
     return out
 
 
-def _text_curve(curves: dict) -> list:
+def _text_curve(curves: dict, source: str = "text:") -> list:
+    """Held-out decodability per checkpoint from ``source`` (a prefix: the first text encoder by default)."""
     out = []
     for c in curves["checkpoints"]:
-        r = next((r for r in c["decodability"] if r["source"].startswith("text:") and r["target"] == "all"
+        r = next((r for r in c["decodability"] if r["source"].startswith(source) and r["target"] == "all"
                   and r["split"] == "heldout"), None)
         out.append({"label": c["label"], "step": c["step"], "source": r and r["source"], "p_true": r and r["p_true"],
                     "ci": r and r["ci"]})

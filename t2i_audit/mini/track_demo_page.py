@@ -16,7 +16,21 @@ def _f(v, nd: int = 3) -> str:
 
 
 def _ci(ci) -> str:
-    return "[—]" if not ci or ci[0] is None else f"[{_f(ci[0])}, {_f(ci[1])}]"
+    if not ci or ci[0] is None:
+        return "[—]"
+    return f"[{_step(ci[0])}, {_step(ci[1])}]" if all(float(x).is_integer() for x in ci) and abs(ci[1]) >= 10 \
+        else f"[{_f(ci[0])}, {_f(ci[1])}]"
+
+
+def _step(v, none: str = "never") -> str:
+    return none if v is None else f"{v:g}"
+
+
+def _crossing(cr) -> str:
+    if not cr:
+        return "—"
+    lo, hi = cr.get("step_ci") or (None, None)
+    return f"{_step(cr.get('step'))} [{_step(lo)}, {_step(hi)}]"
 
 
 def _series(models: list[dict], pick, label) -> list[dict]:
@@ -30,11 +44,6 @@ def _series(models: list[dict], pick, label) -> list[dict]:
     return out
 
 
-def _rise_points(m: dict, key: str):
-    r = m.get(key)
-    return [(v, None, None) for v in r["curve"]] if r else None
-
-
 def _split_points(m: dict, key: str, value: str = "rate"):
     return [(p[value], *(p["ci"] or (None, None))) for p in m.get(key) or []] or None
 
@@ -46,13 +55,13 @@ def render_overview(result: dict) -> str:
     label = lambda m: f"coverage {m['coverage']:g}"  # noqa: E731
     chance = next((m["crossing"]["chance"] for m in models if m.get("crossing")), None)
     charts = [
-        ("Held-out success (pixel judge; compositions the model never trained on)",
-         _series(models, lambda m: _rise_points(m, "heldout_success"), label), "success",
+        ("Held-out success (pixel judge; compositions the model never trained on), 95 % CI",
+         _series(models, lambda m: _split_points(m, "heldout_success_ci"), label), "success",
          [(chance, "chance 1/24")] if chance is not None else []),
         ("Seen success (its training pairs), 95 % CI", _series(models, lambda m: _split_points(m, "seen_success"),
                                                               label), "success", []),
-        ("Held-out decodability: UNet mid block, middle step, fresh seeds (pre-registered layer)",
-         _series(models, lambda m: _rise_points(m, "heldout_decodability"), label), "p(true value)", []),
+        ("Held-out decodability: UNet mid block, middle step, fresh seeds (pre-registered layer), 95 % CI",
+         _series(models, lambda m: _split_points(m, "heldout_decodability_ci", "p_true"), label), "p(true value)", []),
         ("Held-out decodability from the text encoder alone (conditioning layer, end-of-text): the reference",
          _series(models, lambda m: _split_points(m, "text_reference", "p_true"), label), "p(true value)", []),
     ]
@@ -77,15 +86,16 @@ def render_overview(result: dict) -> str:
                f"CI by resampling held-out compositions ({pre['test']['bootstrap']['resamples']} times).</p>")
     out.append("<table><tr><th class=l>model</th><th>held-out success base → final [gain CI]</th>"
                "<th>decodability base → final [gain CI]</th><th>half-rise: success / decodability</th>"
-               "<th>lead (steps) [95 % CI]</th><th class=l>decision</th><th>exceeds chance at [step interval]</th></tr>")
+               "<th>lead (steps) [95 % CI]</th><th class=l>decision</th><th>exceeds chance 1/24 at [step interval]</th>"
+               "<th>exceeds the base model's own rate at [step interval]</th></tr>")
     for m in models:
-        s, d, lead, cr = m["heldout_success"] or {}, m["heldout_decodability"] or {}, m["lead"] or {}, m["crossing"] or {}
+        s, d, lead = m["heldout_success"] or {}, m["heldout_decodability"] or {}, m["lead"] or {}
         row = [f"{escape(label(m))}{' (headline)' if m['headline'] else ''}",
                f"{_f((s.get('curve') or [None])[0])} → {_f((s.get('curve') or [None])[-1])} {_ci(s.get('gain_ci'))}",
                f"{_f((d.get('curve') or [None])[0])} → {_f((d.get('curve') or [None])[-1])} {_ci(d.get('gain_ci'))}",
                f"{s.get('half_rise_step', '—')} / {d.get('half_rise_step', '—')}",
-               f"{lead.get('steps', '—')} {_ci(lead.get('ci'))}", f"<b>{escape(str(m['decision']))}</b>",
-               f"{cr.get('step', 'never')} [{(cr.get('step_ci') or [None])[0]}, {(cr.get('step_ci') or [None, None])[1]}]"]
+               f"{_step(lead.get('steps'), 'undefined')} {_ci(lead.get('ci'))}", f"<b>{escape(str(m['decision']))}</b>",
+               _crossing(m.get("crossing")), _crossing(m.get("crossing_vs_base"))]
         out.append("<tr>" + "".join(f"<td{' class=l' if i in (0, 5) else ''}>{c}</td>" for i, c in enumerate(row))
                    + "</tr>")
     out.append("</table><p class=muted>Every number: <code>test.json</code> here, the curves and tables in each "
