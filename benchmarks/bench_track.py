@@ -111,7 +111,7 @@ def main() -> None:
     src = tmp / "five"
     src.mkdir()
     for c in checkpoints:
-        os.symlink(c.path, src / c.label)
+        os.symlink(c.path.resolve(), src / c.label)
 
     # warm-up outside the timings: imports, the suite, a throwaway run of the base
     api.run_audit(api.make_config({**settings, "out": str(tmp / "warm"), "limit": 2}), progress=False)

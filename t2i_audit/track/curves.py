@@ -42,14 +42,20 @@ def cluster(record: dict) -> str:
 
 
 def load_points(root: Path, *, folds: int = 5, progress: bool = False) -> list[Point]:
+    """Every audited checkpoint's run, each category decided by ONE scorer for the whole track (the rule of
+    t2i_audit/deciding.py on the union of the runs' evidence, as ``compare`` does): a curve never changes judge."""
+    from .. import deciding as rule
     from ..report.tables import load_run
+    from ..rundir import RunDir, read_jsonl
 
     index = ix.load_index(root)
+    done = [e for e in index.entries if e.status == "done"]
+    categories = sorted({r.get("category") for r in read_jsonl(Path(root) / "prompts.jsonl")}, key=str) \
+        if (Path(root) / "prompts.jsonl").is_file() else None
+    deciding = rule.deciding_scorers([RunDir(root / e.run) for e in done], categories) if done else {}
     points = []
-    for e in index.entries:
-        if e.status != "done":
-            continue
-        run = load_run(root / e.run)
+    for e in done:
+        run = load_run(root / e.run, deciding=deciding)
         p = Point(entry=e, run=run, prompts=run.prompts)
         p.decod_rows, p.decod_items = decodability(root, e, run.prompts, folds=folds)
         points.append(p)

@@ -128,14 +128,14 @@ def write_prompts(root: Path, records: list[dict]) -> None:
 
 
 def audit_entries(root: Path, cfg: TrackConfig, entries: list, records: list[dict], index: ix.Index, *,
-                  progress: bool = True, session=None) -> None:
+                  progress: bool = True) -> None:
     """Each entry's run (and fresh-seed capture) in order, in one reuse session; the index saved after each."""
     from ..reuse import Session, reusing
     from .swap import switch
 
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     audited = []
-    with reusing(session or Session(switch=switch)) as held:
+    with reusing(Session(switch=switch)) as held:
         for i, entry in enumerate(entries, 1):
             old = index.entry(entry.label)
             if old is not None and old.status == "done" and _unchanged(old, entry) and _complete(root, old):
