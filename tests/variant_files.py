@@ -15,9 +15,11 @@ def build(root: Path) -> dict[str, Path]:
     from t2i_audit.tiny.lora import build_lora
 
     root.mkdir(parents=True, exist_ok=True)
-    out = {"lora": build_lora("tiny-sd", root / "lora"),
-           "lora_unet_only": build_lora("tiny-sd", root / "lora-unet", seed=7, text_encoders=False)}
+    out = {"lora": build_lora("tiny-sd", root / "lora")}
     sd = load_file(str(out["lora"]))
+    # a second LoRA that reaches the UNet only (as one trained without --train_text_encoder)
+    save_file({k: v.flip(0) for k, v in sd.items() if k.startswith("unet.")}, str(root / "lora-unet.safetensors"))
+    out["lora_unet_only"] = root / "lora-unet.safetensors"
     # the same LoRA with one number changed: other bytes, another run
     edited = dict(sd)
     key = sorted(edited)[0]

@@ -119,7 +119,7 @@ def split_scale(spec: str) -> tuple[str, float]:
     if Path(text).expanduser().exists():
         return text, 1.0
     head, sep, tail = text.rpartition(":")
-    if not sep or not head or "/" in tail or "\\" in tail:
+    if not sep or not head or head in ("hf", "local") or "/" in tail or "\\" in tail:
         return text, 1.0
     try:
         scale = float(tail)
@@ -263,8 +263,9 @@ def cache_key(card) -> list:
 def for_run(run, model: Optional[str] = None, loras: Optional[Iterable[str]] = None,
             components: Optional[Mapping[str, str]] = None, *, what: str = "run") -> Variant:
     """The variant a command working on an existing run uses: the one its run.yaml records (for the run's own
-    model), its files still holding the bytes the run was made with (manifest.json ``model.adapted``). ``loras`` / ``components``
-    given on the command line must name the same files and scales, or are refused with the difference named.
+    model), its files still holding the bytes the run was made with (manifest.json ``model.adapted``). ``loras`` /
+    ``components`` given on the command line must name the same files and scales, or are refused with the difference
+    named.
     A ``model`` other than the run's gets only what the command line gives."""
     from ..rundir import RunDir
     from ..safeload import load_yaml

@@ -140,3 +140,26 @@ def test_commands_on_a_run_use_its_variant_and_refuse_another(files, tmp_path, m
     shutil.copyfile(files["lora_edited"], lora)  # the file changed after the run: its images were not made with it
     code, said = invoke(["probe", str(out)], tmp_path, monkeypatch, capsys)
     assert code == 2 and "its LoRA / component files changed since the run was made" in said, said
+
+
+def test_a_hub_lora_is_the_file_the_hub_cache_holds(files, tmp_path, monkeypatch):
+    """org/repo and hf:org/repo[@rev][/file] go through hf_hub_download (here from a prepared Hub cache, offline):
+    the same bytes as a local file are the same run."""
+    import huggingface_hub.constants as hub
+
+    commit = "0" * 40
+    snapshot = tmp_path / "models--someone--tiny-lora" / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text(commit)
+    shutil.copyfile(files["lora"], snapshot / "pytorch_lora_weights.safetensors")
+    shutil.copyfile(files["lora_edited"], snapshot / "other.safetensors")
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path))
+    local = _cfg(loras=[f"{files['lora']}:0.5"]).variant().identity()
+    assert _cfg(loras=["someone/tiny-lora:0.5"]).variant().identity() == local
+    hub_lora = _cfg(loras=["hf:someone/tiny-lora/other.safetensors"]).variant().loras[0]
+    assert hub_lora.source == "hf:someone/tiny-lora/other.safetensors" and hub_lora.file.endswith("other.safetensors")
+    with pytest.raises(AuditError, match="someone/absent cannot be fetched"):
+        _cfg(loras=["someone/absent"]).variant()
+    with pytest.raises(AuditError, match="expected hf:org/repo"):
+        _cfg(loras=["hf:bad"]).variant()
