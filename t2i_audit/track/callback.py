@@ -84,8 +84,9 @@ class TrackCallback:
     def __init__(self, out: str | Path, *, prompts: Sequence[str], every: int = 1, limit: Optional[int] = None,
                  model: Optional[str] = None, images_per_prompt: int = 1, seed: int = 0, steps: Optional[int] = None,
                  guidance: Optional[float] = None, size: Optional[int] = None, scorers: Optional[list[str]] = None,
-                 device: Optional[str] = None, dtype: Optional[str] = None, batch_size: int = 4, denoiser_samples: int = 4,
-                 folds: int = 5, chance: Optional[float] = None, page: bool = True, progress: bool = False):
+                 device: Optional[str] = None, dtype: Optional[str] = None, batch_size: int = 4,
+                 denoiser_samples: int = 4, folds: int = 5, chance: Optional[float] = None, page: bool = True,
+                 progress: bool = False):
         from ..api import expand_suites, make_config
         from ..ownership import claim_output_dir
         from ..reuse import Session
