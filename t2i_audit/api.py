@@ -189,15 +189,18 @@ def load_config(path: str | Path, **overrides) -> RunConfig:
     return make_config(data, where=str(p))
 
 
-def make_config(data: dict, where: str = "run config") -> RunConfig:
+def make_config(data: dict, where: str = "run config", schema: type = RunConfig):
+    """``data`` as a ``schema`` (RunConfig; the track's TrackConfig), every problem located at ``where``."""
     try:
-        cfg = RunConfig.model_validate(data)
+        cfg = schema.model_validate(data)
     except ValidationError as e:
         # a field validator's AuditError text arrives as pydantic's "Value error, <text>"
         msgs = [f"{where}: {'.'.join(map(str, err['loc']))}: " + ("unknown setting" if err["type"] == "extra_forbidden"
                                                                   else err["msg"].removeprefix("Value error, "))
                 for err in e.errors()]
         raise AuditError("\n".join(msgs)) from None
+    if schema is not RunConfig:
+        return cfg
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
         raise AuditError(f"{where}: stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")

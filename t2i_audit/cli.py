@@ -39,7 +39,7 @@ def _app_options(version: bool = typer.Option(False, "--version", callback=_prin
 
 # Stage packages add their own commands; each registers through ``register(app)``.
 PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.report.cli", "t2i_audit.mini.cli",
-               "t2i_audit.board.cli")
+               "t2i_audit.board.cli", "t2i_audit.track.cli")
 
 
 @app.command()

@@ -125,6 +125,11 @@ def load_pipeline(card: ModelCard, device: str, dtype: str, *, offload: Optional
                   vae_tiling: Optional[bool] = None):
     """The card's pipeline on ``device`` in ``dtype``; ``pipe.t2i_placement`` says how it was placed (offload,
     VAE tiling, the dtype each component runs in and why)."""
+    from .reuse import active
+
+    session = active()
+    if session is not None:  # t2i-audit track: the base loaded once, this run's variant switched in
+        return session.pipeline(card, device, dtype, offload=offload, vae_tiling=vae_tiling, load=load_pipeline)
     import torch
     from diffusers import DiffusionPipeline
 

@@ -282,6 +282,11 @@ def _cardless(card: ModelCard) -> ModelCard:
 def resolve_model(ref: str) -> ModelCard:
     """Turn a card name, ``hf:`` id or local folder into a ModelCard, or explain the problem."""
     ref = ref.strip()
+    from .reuse import active
+
+    session = active()
+    if session is not None and session.card(ref) is not None:  # a pipeline held in memory (TrackCallback)
+        return session.card(ref)
     cards = _cards()
     if ref in cards:
         return _from_card(ref, cards[ref])

@@ -51,6 +51,7 @@ WRITERS: dict[str, tuple[str, ...]] = {
     "mini-samples": ("mini train-generator",),
     "sweep": ("mini sweep",),
     "board": ("board",),
+    "track": ("track",),
 }
 
 
@@ -73,6 +74,7 @@ LEGACY_LAYOUTS: dict[str, Callable[[Path], bool]] = {
     "mini-judge": lambda r: _card_kind(r) == "mini-judge",
     "mini-generator": lambda r: _card_kind(r) == "mini-generator",
     "sweep": lambda r: (r / "sweep.json").is_file() or [p.name for p in r.iterdir()] == ["models"],
+    "track": lambda r: False,  # made with its marker from the start: no older layout
     "mini-samples": lambda r: any(r.iterdir()) and all(p.is_file() and _SAMPLE.match(p.name) for p in r.iterdir()),
 }
 

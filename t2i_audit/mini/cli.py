@@ -66,6 +66,10 @@ def train_generator_cmd(
     batch: int = typer.Option(32, help="Rendered images per optimisation step."),
     threads: int = typer.Option(1, help="torch threads."),
     smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
+    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Also write OUT/checkpoint-<step>/ every N steps, in the layout of diffusers' training examples (for `t2i-audit track`); OUT_initial/ holds the untrained pipeline (the track's base)."),
+    track: Optional[Path] = typer.Option(None, "--track", help="Audit the EMA weights in-process into this track folder (TrackCallback: the mini suite, the pixel judge)."),
+    track_every: int = typer.Option(250, "--track-every", help="Steps between in-process audits (--track)."),
+    track_limit: int = typer.Option(40, "--track-limit", help="Prompts of the mini suite each audit uses (--track)."),
     quiet: bool = QUIET,
 ) -> None:
     """Train the mini text-to-image model on renders, held-out colour-shape pairs excluded."""
@@ -74,7 +78,16 @@ def train_generator_cmd(
     _budget(steps, minutes, smoke)
     cfg = smoke_config(seed) if smoke else GeneratorConfig(seed=seed, steps=steps, minutes=minutes,
                                                            batch=batch, threads=threads)
-    card = train_generator(out, cfg, log=_log(quiet))
+    callback = None
+    if track is not None:
+        from ..track import TrackCallback
+        from .components import DEFAULT_GUIDANCE, DEFAULT_STEPS
+
+        callback = TrackCallback(track, prompts=[str(SUITE)], limit=track_limit, every=track_every,
+                                 steps=DEFAULT_STEPS, guidance=DEFAULT_GUIDANCE, size=cfg.size, scorers=["mini-pixel"],
+                                 progress=not quiet)
+    card = train_generator(out, cfg, log=_log(quiet), checkpoint_every=checkpoint_every,
+                           save_initial=checkpoint_every is not None, callback=callback)
     typer.echo(f"generator: {card['steps']} steps, {card['cpu_seconds']} CPU s -> {out}")
 
 

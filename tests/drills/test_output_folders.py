@@ -288,7 +288,9 @@ def _writer_argv(command: str, out: Path, world: dict) -> list:
             "board": ["board", world["good"], "-q"],
             "mini train-judge": ["mini", "train-judge", "--smoke"],
             "mini train-generator": ["mini", "train-generator", "--smoke"],
-            "mini sweep": ["mini", "sweep", "--smoke"]}[command] + ["--out", str(out)]
+            "mini sweep": ["mini", "sweep", "--smoke"],
+            "track": ["track", world["good"], "--model", "mini", "--prompts", world["suite"], "--limit", "2"],
+            }[command] + ["--out", str(out)]
 
 
 def test_every_writer_command_refuses_a_folder_another_command_made(tmp_path, monkeypatch, capsys, two_runs,

@@ -129,6 +129,12 @@ def load_text_pipeline(path: str, *, revision: str | None = None, variant: str |
     ``components``: loaded objects for what the repo does not ship (``ModelCard.load_components``); ``card``:
     the model card whose variant (``card.adapted``: replaced text encoders, LoRAs) applies, as in
     generate.load_pipeline."""
+    from ...reuse import active
+
+    session = active()
+    if session is not None and card is not None:  # t2i-audit track: the text encoders of the held pipeline
+        return session.text_pipeline(card, device, dtype, lambda base: load_text_pipeline(
+            path, revision=revision, variant=variant, device=device, dtype=dtype, components=components, card=base))
     import torch
     from diffusers import DiffusionPipeline
 
