@@ -28,7 +28,7 @@ def label_of(described: Optional[Mapping]) -> str:
         source = str(x.get("source") or x.get("file") or "?")
         name = _hub_name(source) if source.startswith("hf:") else _file_name(source, parent_only=True)
         parts.append(f"{name}@{_scale_text(x.get('scale'))}{_sha_text(x.get('sha256'))}")
-    for comp, x in sorted(comps.items()) if isinstance(comps, Mapping) else ():
+    for comp, x in sorted(comps.items(), key=lambda kv: str(kv[0])) if isinstance(comps, Mapping) else ():
         x = x if isinstance(x, Mapping) else {}
         parts.append(f"{comp}={_file_name(str(x.get('path') or '?'), component=str(comp))}{_sha_text(x.get('sha256'))}")
     return " + ".join(parts)

@@ -67,6 +67,8 @@ def test_the_board_labels_a_base_and_a_lora_run_apart(runs):
     out = runs["root"] / "board"
     build_board(out, [runs["base"], runs["lora"]])
     index = json.loads((out / "board.json").read_text())
+    (kept,) = next(e for e in index["runs"] if e["folder"] == "lora")["model"]["adapted"]["loras"]
+    assert sorted(kept) == ["scale", "sha256", "source"]  # no local path beyond run.yaml's on a board that is published
     table = pd.read_parquet(out / index["snapshots"][-1]["files"]["runs"]["path"]).set_index("folder")
     assert table.loc["base", "label"] == "mini"
     assert table.loc["lora", "label"] == f"mini + {runs['variant']}"
