@@ -447,7 +447,7 @@ def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, work: li
 
     from .image_writer import BatchWriter
 
-    bar = tqdm(total=sum(len(keep) for _, _, keep in work), desc=f"generate {card.name}", unit="img",
+    bar = tqdm(total=sum(len(keep) for _, _, keep in work), desc=f"generate {card.label()}", unit="img",
                disable=not progress)
     compiled_before = compile_seconds() if s.compile else 0.0
     batch_seconds: list[float] = []

@@ -59,6 +59,12 @@ class ModelCard:
             variant = variants.resolve(loras or (), components or {})
         return replace(self, adapted=variant) if variant or self.adapted else self
 
+    def label(self) -> str:
+        """The model as a run made with this card is named (``mini + my_lora@0.8 (sha256 1a2b3c)``; variants/labels.py)."""
+        from .variants.labels import model_label
+
+        return model_label(self.name, self.adapted.described() if self.adapted else None)
+
     def pretrained_path(self) -> str:
         """What to hand to ``from_pretrained``: a local folder or an HF repo id."""
         if self.tiny:

@@ -78,10 +78,27 @@ def _entry(out: Path, rid: str, run: readers.RunFiles, now: str, files: dict) ->
             "folder": run.root.name,
             "added_utc": now, "hashes": run.hashes, "files": files,
             "config": {k: v for k, v in run.config.items() if k != "out"},
-            "model": {k: run.manifest.get("model", {}).get(k) for k in ("name", "repo", "revision", "pipeline", "call")}
-            if isinstance(run.manifest.get("model"), dict) else {"name": run.manifest.get("model")},
+            "model": _model_of(run.manifest),
             "suites": suites, "judges": run.judges, "calibration": run.calibration, "scorers": run.scorers,
             "images": int(len(run.results[["prompt_id", "sample"]].drop_duplicates())) if len(run.results) else 0}
+
+
+def _model_of(manifest: dict) -> dict:
+    """The model card's fields a board keeps of a run, with its variant's record where it has one (its label names
+    the files, scales and sha256: variants/labels.py)."""
+    card = manifest.get("model")
+    if not isinstance(card, dict):
+        return {"name": card}
+    out = {k: card.get(k) for k in ("name", "repo", "revision", "pipeline", "call")}
+    adapted = card.get("adapted")
+    if not isinstance(adapted, dict):
+        return out
+    # what the label reads: the same sources and paths as run.yaml (the entry's config), each with its sha256 and
+    # scale; a Hub LoRA's local cache path ("file") is this machine's, never published
+    if isinstance(adapted.get("loras"), list):
+        adapted = {**adapted, "loras": [{k: v for k, v in x.items() if k != "file"} if isinstance(x, dict) else x
+                                        for x in adapted["loras"]]}
+    return {**out, "adapted": adapted}
 
 
 def _write_run_files(out: Path, rid: str, run: readers.RunFiles, mode: str) -> tuple[dict, pd.DataFrame]:

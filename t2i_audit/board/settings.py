@@ -82,26 +82,20 @@ def sampling(entry: dict) -> dict:
     return {k: _canon(cfg.get(k)) for k in SAMPLING if k != "prompts"}
 
 
-def _variant_text(sub: dict) -> str:
-    parts = []
-    for k in ("loras", "components"):
-        v = sub.get(k)
-        if isinstance(v, list):
-            parts += [str(x.get("name") or x.get("path") or x) if isinstance(x, dict) else str(x) for x in v]
-        elif isinstance(v, dict):
-            parts += [f"{a}={b.get('path') if isinstance(b, dict) else b}" for a, b in v.items()]
-        elif v:
-            parts.append(str(v))
-    return " + ".join(parts)
+def _label(entry: dict) -> str:
+    """The model with its variant, named by the one rule of variants/labels.py from what the run's manifest records
+    (``model.adapted``: file, scale, short sha256); an entry added before the board kept that record is named from
+    its run.yaml specs."""
+    from ..variants.labels import described_of_config, model_label
+
+    adapted = (entry.get("model") or {}).get("adapted")
+    return model_label(subject(entry)["model"], adapted if isinstance(adapted, dict)
+                       else described_of_config(entry.get("config") or {}))
 
 
 def labels(entries: list[dict]) -> list[str]:
     """A short, unique name per entry: the model (+ its variant), then what tells equal names apart."""
-    base = []
-    for e in entries:
-        sub = subject(e)
-        v = _variant_text(sub)
-        base.append(sub["model"] + (f" + {v}" if v else ""))
+    base = [_label(e) for e in entries]
     out = list(base)
     for name in set(base):
         idx = [i for i, b in enumerate(base) if b == name]

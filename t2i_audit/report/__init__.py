@@ -49,8 +49,11 @@ def _summary_payload(ctx: dict, data, out: Path, rd: RunDir, table: dict, second
         index = rd.rel(out / "index.html")
     except ValueError:
         index = str(out / "index.html")
+    from ..variants.labels import label_of
+
     return {
-        "index": index, "scorer": data.scorer, "scorers": sorted(data.scorers),
+        "index": index, "model": data.model, "variant": label_of(data.adapted) or None,  # a LoRA run says so
+        "scorer": data.scorer, "scorers": sorted(data.scorers),
         "deciding": {str(c): {k: d.get(k) for k in ("scorer", "source", "agreement", "why")}
                      for c, d in data.deciding.items()},
         "images": ctx["n_images"], "scored": ctx["n_scored"], "flagged": ctx["n_flagged"],

@@ -35,7 +35,7 @@ DISAGREE_MAX = 200
 
 
 def _labels(runs) -> list[str]:
-    labels = [r.model for r in runs]
+    labels = [r.label for r in runs]  # the model with its variant: a base and a LoRA run never read alike
     out = [f"{lab} ({r.rd.root.name})" if labels.count(lab) > 1 else lab for lab, r in zip(labels, runs)]
     return [f"{lab} #{i + 1}" if out.count(lab) > 1 else lab for i, lab in enumerate(out)]
 

@@ -22,11 +22,16 @@ def _rate(r: dict, items: str = "images") -> str:
 
 def headline_text(report: dict | None) -> str | None:
     """``summary.json["report"]`` → "118 of 280 images pass every question (42.1 %, 95 % CI 36.5–48.0 %); seen
-    90/189 (…), held out 28/91 (…)"; None when the run has no scored image."""
+    90/189 (…), held out 28/91 (…)", led by "mini + my_lora@0.8 (sha256 1a2b3c): " for a run with a variant; None
+    when the run has no scored image."""
     overall = (report or {}).get("overall")
     if not overall or not overall.get("n"):
         return None
     text = f"{overall['k']} of {overall['n']} images pass every question{_rate(overall)}"
+    if report.get("variant"):  # a run with a LoRA / replaced component names it (variants/labels.py)
+        from ..variants.labels import joined
+
+        text = f"{joined(report.get('model'), report['variant'])}: {text}"
     splits = report.get("by_split") or {}
     if len(splits) > 1:
         order = list(SPLIT_NAMES)

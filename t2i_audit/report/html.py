@@ -305,8 +305,8 @@ def manifest_section(data: RunData) -> dict:
 def build_context(data: RunData, out_dir: Path, thumbs: Thumbs, progress: bool = False) -> dict:
     im = data.images_df
     return {
-        "title": f"{data.model} · {', '.join(data.suites)}",
-        "model": data.model, "suites": data.suites, "scorer": data.scorer,
+        "title": f"{data.label} · {', '.join(data.suites)}",
+        "model": data.label, "suites": data.suites, "scorer": data.scorer,
         "random_weights": random_weights_note([data.manifest]),
         "deciding": deciding_rows(data),
         "verdict_sources": sorted({d["scorer"] for d in data.deciding.values() if d.get("scorer")}),

@@ -65,6 +65,20 @@ class RunData:
         return str(m or self.rd.root.name)
 
     @property
+    def adapted(self) -> dict:
+        """The run's LoRAs / replaced components as its manifest records them (``model.adapted``); {} for a base run."""
+        m = self.manifest.get("model")
+        a = m.get("adapted") if isinstance(m, dict) else None
+        return a if isinstance(a, dict) else {}
+
+    @property
+    def label(self) -> str:
+        """The model with its variant (``mini + my_lora@0.8 (sha256 1a2b3c)``), as every page names the run."""
+        from ..variants.labels import model_label
+
+        return model_label(self.model, self.adapted)
+
+    @property
     def suites(self) -> list[str]:
         return sorted({f"{p.get('suite')}@{p.get('suite_version')}" for p in self.prompts.values()})
 

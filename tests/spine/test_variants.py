@@ -168,3 +168,31 @@ def test_a_hub_lora_is_the_file_the_hub_cache_holds(files, tmp_path, monkeypatch
         _cfg(loras=["someone/absent"]).variant()
     with pytest.raises(AuditError, match="expected hf:org/repo"):
         _cfg(loras=["hf:bad"]).variant()
+
+
+def test_a_variant_is_named_by_its_files_scales_and_short_sha256():
+    """One name for a recorded variant (variants/labels.py), as every page and progress line shows it: a file's own
+    name, or its folder where training scripts give every file the same name; the scale; six hex of its sha256."""
+    from t2i_audit.variants import Variant
+    from t2i_audit.variants.labels import described_of_config, label_of, model_label
+
+    file = "/w/my_lora/pytorch_lora_weights.safetensors"
+    lora = {"source": file, "file": file, "sha256": "1a2b3c" + "0" * 58, "scale": 0.8}
+    assert model_label("mini", {"loras": [lora]}) == "mini + my_lora@0.8 (sha256 1a2b3c)"
+    assert model_label("mini", {}) == model_label("mini", None) == "mini"
+    described = {
+        "loras": [{**lora, "source": "/w/style.safetensors", "scale": 1.0},
+                  {"source": "hf:org/repo@v2", "file": "/cache/x.safetensors", "sha256": "ab" * 32,
+                   "scale": 0.30000000000000004}],
+        "components": {"unet": {"path": "/out/checkpoint-3/unet_ema", "kind": "folder", "sha256": "cd" * 32},
+                       "text_encoder": {"path": "/out/checkpoint-3/model_1.safetensors", "kind": "file",
+                                        "sha256": "ef" * 32},
+                       "vae": {"path": "/mine/my-vae", "kind": "folder", "sha256": "01" * 32}}}
+    assert label_of(described) == (
+        "style@1 (sha256 1a2b3c) + org/repo@0.30000000000000004 (sha256 ababab) + "
+        "text_encoder=checkpoint-3/model_1.safetensors (sha256 efefef) + unet=checkpoint-3/unet_ema (sha256 cdcdcd) + "
+        "vae=my-vae (sha256 010101)")
+    # run.yaml's specs alone (no sha256 there) give the same names without it
+    config = Variant().as_config() | {"loras": ["/w/my_lora/pytorch_lora_weights.safetensors:0.8"],
+                                      "components": {"unet": "/out/checkpoint-3/unet"}}
+    assert label_of(described_of_config(config)) == "my_lora@0.8 + unet=checkpoint-3/unet"

@@ -159,6 +159,22 @@ def test_each_checkpoint_is_a_normal_run(tracked):
     assert "pytorch_lora_weights.safetensors" in cfg
 
 
+def test_progress_names_the_checkpoint_being_generated(tracked, suite, tmp_path, capsys):
+    """Each run's generation line names its checkpoint (the variant it was made with), not only the base model
+    every checkpoint shares; the images are those the track made without progress lines."""
+    from t2i_audit.track.runner import run_track
+
+    out = tmp_path / "train"
+    shutil.copytree(tracked["out"] / "checkpoint-2", out / "checkpoint-2")
+    run_track(out, track_config(suite, tmp_path / "track"), progress=True)
+    said = capsys.readouterr().err
+    sha = json.loads((tmp_path / "track/runs/checkpoint-2/manifest.json").read_text())["model"]["adapted"]
+    assert f"generate tiny-sd + unet=checkpoint-2/unet (sha256 {sha['components']['unet']['sha256'][:6]}):" in said
+    assert "generate tiny-sd:" in said  # the base
+    shas = lambda run: [r["sha256"] for r in RunDir(run).read_images()]  # noqa: E731
+    assert shas(tmp_path / "track/runs/checkpoint-2") == shas(tracked["root"] / "runs/checkpoint-2")
+
+
 def test_curves_and_tables(tracked):
     import pandas as pd
 
