@@ -12,5 +12,10 @@ grep -E '^(torch|torchvision)==' constraints.txt > "$pins"
 index=()
 for url in $("$python" -m pip config get global.extra-index-url 2>/dev/null || true); do index+=(--extra-index-url "$url"); done
 for dir in $("$python" -m pip config get global.find-links 2>/dev/null || true); do index+=(--find-links "$dir"); done
-uv pip compile pyproject.toml --all-extras --resolution lowest-direct --python-version 3.11 -c "$pins" \
+# the extras the floors lane installs (.ci/run): every runtime extra and the test tools; not dev's datasets, which
+# only the board tests use and which requires pyarrow/huggingface_hub far above the core floors
+extras=()
+IFS=, read -r -a names <<< "${FLOOR_EXTRAS:-open-clip,detect,vlm,lora,test}"
+for e in "${names[@]}"; do extras+=(--extra "$e"); done
+uv pip compile pyproject.toml "${extras[@]}" --resolution lowest-direct --python-version 3.11 -c "$pins" \
   "${index[@]}" --index-strategy unsafe-best-match --no-header --no-annotate --quiet

@@ -108,27 +108,44 @@ def paired_bootstrap(a_k: np.ndarray, a_n: np.ndarray, b_k: np.ndarray, b_n: np.
     all samples of one prompt group move together. Returns diff, CI (percentile) and a two-sided
     bootstrap p-value (twice the smaller tail mass at 0, with the +1 correction).
     """
-    a_k, a_n, b_k, b_n = (np.asarray(x, float) for x in (a_k, a_n, b_k, b_n))
-    m = len(a_k)
-    if m == 0 or a_n.sum() == 0 or b_n.sum() == 0:
-        return {"diff": float("nan"), "lo": float("nan"), "hi": float("nan"), "p": float("nan"),
-                "units": m}
-    diff = a_k.sum() / a_n.sum() - b_k.sum() / b_n.sum()
+    return paired_bootstraps(*(np.asarray(x, float)[None, :] for x in (a_k, a_n, b_k, b_n)),
+                             n_boot=n_boot, seed=seed, alpha=alpha)[0]
+
+
+def paired_bootstraps(a_k: np.ndarray, a_n: np.ndarray, b_k: np.ndarray, b_n: np.ndarray, *,
+                      n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> list[dict]:
+    """:func:`paired_bootstrap` for P comparisons over the same m units at once (arrays of shape P × m), on the
+    same resamples: row p gives exactly what ``paired_bootstrap`` gives for it with this seed (a resample's
+    sums are counts of units times their values: integer sums, exact in float64, in any order)."""
+    a_k, a_n, b_k, b_n = (np.atleast_2d(np.asarray(x, float)) for x in (a_k, a_n, b_k, b_n))
+    pairs, m = a_k.shape
+    nan = {"diff": float("nan"), "lo": float("nan"), "hi": float("nan"), "p": float("nan"), "units": m}
+    if m == 0:
+        return [dict(nan) for _ in range(pairs)]
     rng = np.random.default_rng(seed)
-    boots = np.empty(n_boot)
+    boots = np.empty((pairs, n_boot))
     chunk = max(1, min(n_boot, 4_000_000 // max(m, 1)))
     for s in range(0, n_boot, chunk):
         idx = rng.integers(0, m, size=(min(chunk, n_boot - s), m))
-        an, bn = a_n[idx].sum(1), b_n[idx].sum(1)
+        w = np.zeros(idx.shape)  # how often each unit is drawn: a resample's sum is w @ values
+        np.add.at(w, (np.arange(len(idx))[:, None], idx), 1.0)
+        ak, an, bk, bn = (w @ x.T for x in (a_k, a_n, b_k, b_n))  # resamples × pairs
         with np.errstate(invalid="ignore", divide="ignore"):
-            boots[s:s + len(idx)] = a_k[idx].sum(1) / an - b_k[idx].sum(1) / bn
-    boots = boots[np.isfinite(boots)]
-    lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
-    tail = min((boots <= 0).sum(), (boots >= 0).sum())
-    p = min(1.0, 2 * (tail + 1) / (len(boots) + 1))
-    if diff == 0 and np.all(boots == 0):
-        p = 1.0
-    return {"diff": float(diff), "lo": float(lo), "hi": float(hi), "p": float(p), "units": m}
+            boots[:, s:s + len(idx)] = (ak / an - bk / bn).T
+    out = []
+    for p in range(pairs):
+        if a_n[p].sum() == 0 or b_n[p].sum() == 0:
+            out.append(dict(nan))
+            continue
+        diff = a_k[p].sum() / a_n[p].sum() - b_k[p].sum() / b_n[p].sum()
+        bp = boots[p][np.isfinite(boots[p])]
+        lo, hi = np.quantile(bp, [alpha / 2, 1 - alpha / 2])
+        tail = min((bp <= 0).sum(), (bp >= 0).sum())
+        pv = min(1.0, 2 * (tail + 1) / (len(bp) + 1))
+        if diff == 0 and np.all(bp == 0):
+            pv = 1.0
+        out.append({"diff": float(diff), "lo": float(lo), "hi": float(hi), "p": float(pv), "units": m})
+    return out
 
 
 def holm(pvalues: Sequence[float]) -> np.ndarray:

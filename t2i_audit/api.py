@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import importlib
 import importlib.metadata
+import json
 import platform
 import sys
 import time
@@ -21,13 +22,13 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import AuditError
 from .prompts import expand_files, sample_records, stable_hash
 from .ownership import claim_output_dir
 from .resume import settings_id
-from .rundir import RunDir, RunLock, atomic_write_json, atomic_write_jsonl, atomic_write_text, read_jsonl
+from .rundir import RunDir, RunLock, atomic_write_json, atomic_write_jsonl, atomic_write_text
 from .safeload import load_yaml
 
 STAGES = ("prompts", "generate", "score", "probe", "report")
@@ -59,6 +60,40 @@ class RunConfig(BaseModel):
     compile: bool = False
     offload: Optional[Literal["none", "model", "sequential"]] = None
     vae_tiling: Optional[bool] = None
+    # what the user changed in the model (t2i_audit/variants): LoRAs `PATH_OR_REPO[:SCALE]` applied in order, and
+    # pipeline components replaced from a folder or .safetensors file; their files' sha256 enter the identity
+    loras: list[str] = []
+    components: dict[str, str] = {}
+
+    @field_validator("loras")
+    @classmethod
+    def _lora_specs(cls, v: list[str]) -> list[str]:
+        from .variants import split_scale
+
+        for spec in v:
+            try:
+                split_scale(spec)  # the syntax alone; files are found when the run resolves its variant
+            except AuditError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("components")
+    @classmethod
+    def _component_names(cls, v: dict[str, str]) -> dict[str, str]:
+        from .variants import split_component
+
+        for name, path in v.items():
+            try:
+                split_component(f"{name}={path}")
+            except AuditError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    def variant(self):
+        """The LoRAs and components of ``loras`` / ``components``, resolved (files found and hashed)."""
+        from .variants import resolve
+
+        return resolve(self.loras, self.components)
 
     def fingerprint(self, card=None) -> str:
         """Hash of what changes the output (not where it goes, not which stages run now).
@@ -68,36 +103,79 @@ class RunConfig(BaseModel):
         and so do `--steps 30` and no --steps where the card's default is 30. Runs made before this
         hashed the unfilled settings: ``default_run_dir`` still finds them under their old name.
         """
+        return self._filled(card)._hash()
+
+    def folder_key(self, card=None) -> str:
+        """The hash a default run folder is named by: the fingerprint without ``images_per_prompt``, so the same
+        command with a larger ``-n`` finds the run it made and extends it (the images made stay, each with its own
+        seed) instead of starting a new folder."""
+        return self._filled(card)._hash(exclude={"images_per_prompt"})
+
+    def _filled(self, card=None) -> "RunConfig":
         from .models import resolve_model
 
         filled = {**self.model_dump(), **resolved_settings(self, card or resolve_model(self.model))}
         # validated again so a card's ``guidance: 1`` hashes as the 1.0 that run.yaml reads back
-        return RunConfig.model_validate(filled)._hash()
+        return RunConfig.model_validate(filled)
 
-    def _hash(self) -> str:
-        return stable_hash(self.model_dump(exclude=NOT_IDENTITY))[:6]
+    def _hash(self, exclude: frozenset | set = frozenset()) -> str:
+        return stable_hash({**self.model_dump(exclude=NOT_IDENTITY | VARIANT | set(exclude)),
+                            **self.variant().identity()})[:6]
 
 
 # where a run goes, which stages run now, on which device and how many at once: none changes what is made
 # (a resume keeps the batch size it was planned with: generate._keep_recorded_plan)
 NOT_IDENTITY = {"out", "stages", "device", "batch_size", "compile", "offload", "vae_tiling"}
+# the variant enters identities by content (Variant.identity: sha256 and scale), not by path, and only when
+# there is one: a run without LoRAs or components keeps the fingerprint and identity it always had
+VARIANT = {"loras", "components"}
 
 
-def prompt_digest(records: list[dict]) -> str:
-    """The prompts by content (ids and texts, in order): `--prompts ./x.yaml` and `x.yaml` are one set, an
-    edited suite another."""
-    lines = "\n".join(f"{r['id']}\t{r.get('text', '')}" for r in records)
-    return f"{len(records)} prompts, sha256 {hashlib.sha256(lines.encode()).hexdigest()[:16]}"
+def prompt_digest(records: list[dict], recorded: Optional[str] = None) -> str:
+    """The prompts by content — the whole records (categories, questions, slots, splits …), canonically
+    serialised, in order: `--prompts ./x.yaml` and `x.yaml` are one set, a suite edited in place (a category or
+    a question changed, texts the same) another. ``recorded``: the digest a folder recorded; one recorded
+    before digests covered the whole records (ids and texts only) is kept when those still match."""
+    canonical = json.dumps(records, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    digest = f"{len(records)} prompts, content sha256 {hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+    if recorded is not None and recorded != digest:
+        lines = "\n".join(f"{r['id']}\t{r.get('text', '')}" for r in records)
+        if recorded == f"{len(records)} prompts, sha256 {hashlib.sha256(lines.encode()).hexdigest()[:16]}":
+            return recorded
+    return digest
 
 
-def run_identity(cfg: RunConfig, card, records: list[dict]) -> dict:
+def run_identity(cfg: RunConfig, card, records: list[dict], recorded: Optional[dict] = None) -> dict:
     """The settings that determine what a run folder holds, as its marker records them (ownership.py): the
     resolved settings (the card's defaults filled in, as in run.yaml and the fingerprint, so a
     `run --config RUN/run.yaml` resume matches) with the prompts by content. Not ``images_per_prompt``:
     more samples extend a run (the images made stay, each with its own seed), as `-n` always did."""
     filled = RunConfig.model_validate({**cfg.model_dump(), **resolved_settings(cfg, card)})
-    return {**filled.model_dump(exclude=NOT_IDENTITY | {"prompts", "images_per_prompt"}),
-            "prompts": prompt_digest(records)}
+    return {**filled.model_dump(exclude=NOT_IDENTITY | VARIANT | {"prompts", "images_per_prompt"}),
+            **cfg.variant().identity(), "prompts": prompt_digest(records, (recorded or {}).get("prompts"))}
+
+
+def recorded_settings(root: "Path | str") -> Optional[dict]:
+    """The settings a run folder's marker records (None: new folder, or none recorded)."""
+    from .ownership import folder_maker
+
+    maker = folder_maker(root) if Path(root).is_dir() else None
+    return maker.settings if maker is not None else None
+
+
+def chosen_scorers(cfg: RunConfig, card) -> Optional[list[str]]:
+    """The scorers `run` scores with: ``--scorer``, else the model card's (None: the defaults per category)."""
+    return cfg.scorers if cfg.scorers is not None else (list(card.scorers) or None)
+
+
+def refuse_fewer_samples(run: RunDir, cfg: RunConfig) -> None:
+    """A run that holds N images per prompt is never continued with fewer: images.jsonl would be rewritten
+    without the others (and run.yaml would say fewer). Refused before anything is written."""
+    made = max((r["sample"] for r in run.read_images() + run.read_image_shards()), default=-1) + 1
+    if cfg.images_per_prompt < made:
+        raise AuditError(f"{run.root}: holds {made} images per prompt; --images-per-prompt/-n "
+                         f"{cfg.images_per_prompt} would drop the records of the others from images.jsonl — rerun "
+                         f"with -n {made} (or more, to add images) to continue it, or choose another --out")
 
 
 def load_config(path: str | Path, **overrides) -> RunConfig:
@@ -111,13 +189,18 @@ def load_config(path: str | Path, **overrides) -> RunConfig:
     return make_config(data, where=str(p))
 
 
-def make_config(data: dict, where: str = "run config") -> RunConfig:
+def make_config(data: dict, where: str = "run config", schema: type = RunConfig):
+    """``data`` as a ``schema`` (RunConfig; the track's TrackConfig), every problem located at ``where``."""
     try:
-        cfg = RunConfig.model_validate(data)
+        cfg = schema.model_validate(data)
     except ValidationError as e:
-        msgs = [f"{where}: {'.'.join(map(str, err['loc']))}: "
-                f"{'unknown setting' if err['type'] == 'extra_forbidden' else err['msg']}" for err in e.errors()]
+        # a field validator's AuditError text arrives as pydantic's "Value error, <text>"
+        msgs = [f"{where}: {'.'.join(map(str, err['loc']))}: " + ("unknown setting" if err["type"] == "extra_forbidden"
+                                                                  else err["msg"].removeprefix("Value error, "))
+                for err in e.errors()]
         raise AuditError("\n".join(msgs)) from None
+    if schema is not RunConfig:
+        return cfg
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
         raise AuditError(f"{where}: stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
@@ -147,11 +230,15 @@ def default_run_dir(cfg: RunConfig, card=None, *, command: str = "run", settings
         if settings is None:
             raise ValueError(f"default_run_dir: a {command} run is named by its settings; pass settings=")
         return Path("runs") / f"{model}_{suites}_{command}_{settings_id(settings)[:6]}"
-    root = Path("runs") / f"{model}_{suites}_{cfg.fingerprint(card)}"
-    # a run made before the fingerprint filled in the card's defaults is named by the unfilled
-    # hash: rerunning its command resumes it there rather than starting over
-    legacy = root.with_name(f"{model}_{suites}_{cfg._hash()}")
-    return legacy if not root.exists() and legacy.exists() else root
+    root = Path("runs") / f"{model}_{suites}_{cfg.folder_key(card)}"
+    if root.exists():
+        return root
+    # runs made before: named by the fingerprint with -n in it (the same command with a smaller -n made the run
+    # this one extends), or, before the card's defaults were filled in, by the unfilled hash: rerunning the
+    # command resumes the run there rather than starting over
+    legacy = [f"{model}_{suites}_{cfg.model_copy(update={'images_per_prompt': n}).fingerprint(card)}"
+              for n in range(cfg.images_per_prompt, 0, -1)] + [f"{model}_{suites}_{cfg._hash()}"]
+    return next((root.with_name(name) for name in legacy if root.with_name(name).exists()), root)
 
 
 def library_versions() -> dict[str, Optional[str]]:
@@ -177,13 +264,16 @@ def prepare_run(cfg: RunConfig, card, records: list[dict], *, root: Optional[Pat
     run, for a run another command than ``run`` makes (``verify`` and a refused claim advise it)."""
     run = RunDir(root or cfg.out or default_run_dir(cfg, card))
     if run.prompts.exists():
-        old = [r["id"] for r in read_jsonl(run.prompts)]
+        old = [r["id"] for r in run.read_prompts()]
         if old != [r["id"] for r in records]:
             raise AuditError(f"{run.root}: this run directory holds other prompts (made by another config); "
                              "choose another --out or remove it")
     else:
         atomic_write_jsonl(run.prompts, records)
-    resolved = {**cfg.model_dump(), **resolved_settings(cfg, card), "out": str(run.root)}
+    variant = cfg.variant()
+    # absolute paths for the variant's files (a `run --config RUN/run.yaml` from elsewhere finds them); none: as before
+    resolved = {**cfg.model_dump(exclude=VARIANT), **(variant.as_config() if variant else {}),
+                **resolved_settings(cfg, card), "out": str(run.root)}
     atomic_write_text(run.config, yaml.safe_dump(resolved, sort_keys=False))
     manifest = run.read_manifest()
     manifest.setdefault("created_utc", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -216,12 +306,19 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     # validate everything before the first byte is written
     card = resolve_model(cfg.model)
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
+    variant = cfg.variant()  # every file found and hashed, then checked against the model: before any claim
+    if variant:
+        from .variants.check import check_variant
+
+        card = check_variant(card, variant)
     device = resolve_device(cfg.device)
     state = process_state(device)  # created once; every stage shares its work between processes
     run = RunDir(cfg.out or default_run_dir(cfg, card))
     # a new or empty folder, or a run this command made with these settings: never write over someone's files
-    claim_output_dir(run.root, "run", command="run", settings=run_identity(cfg, card, records))
+    claim_output_dir(run.root, "run", command="run",
+                     settings=run_identity(cfg, card, records, recorded_settings(run.root)))
     with RunLock(run.root, state.process_index):
+        refuse_fewer_samples(run, cfg)
         if state.is_main_process:
             prepare_run(cfg, card, records)
         state.wait_for_everyone()
@@ -235,15 +332,16 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         main = state.is_main_process
         categories = {r["category"] for r in records}
         if "score" in cfg.stages:
-            chosen = cfg.scorers if cfg.scorers is not None else (list(card.scorers) or None)
+            chosen = chosen_scorers(cfg, card)
             with _recorded(run, "score", main):  # every process scores its share; the main one merges
                 score_stage(run, chosen, categories, device=device, batch_size=score_batch_size(cfg, device),
                             progress=progress, tiny=card.tiny, state=state)
         if "probe" in cfg.stages:
             with _recorded(run, "probe", main):  # every process extracts its share; the main one fits
                 # probe labels: the scorer deciding each category (t2i_audit.deciding), as the report
-                probe_stage(run, cfg.probe_model or cfg.model, scorer=None,
-                            seed=cfg.seed, device=device, progress=progress, state=state)
+                probe_model = cfg.probe_model or cfg.model  # the run's variant applies to the run's own model
+                probe_stage(run, probe_model, scorer=None, seed=cfg.seed, device=device, progress=progress,
+                            state=state, **({"variant": variant} if variant and probe_model == cfg.model else {}))
         if not main:  # the report reads only files: the main process's
             return run.root
         if "report" in cfg.stages:
@@ -269,8 +367,9 @@ def _recorded(run: RunDir, stage: str, main: bool = True):
     try:
         yield
     except Exception as e:
-        if main:
-            run.update_stage(stage, status="failed", error=f"{type(e).__name__}: {e}")
+        if main:  # on a full or read-only disk this write fails too: the stage's own error is the one to tell
+            with contextlib.suppress(OSError):
+                run.update_stage(stage, status="failed", error=f"{type(e).__name__}: {e}")
         raise
 
 

@@ -16,14 +16,30 @@ from typing import List, Optional
 import typer
 
 from .errors import AuditError
+from .variants import COMPONENT_HELP, LORA_HELP, component_options
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Audit whether a text-to-image model composes what it knows.")
 prompts_app = typer.Typer(no_args_is_help=True, help="Validate, inspect and export prompt suites.")
 app.add_typer(prompts_app, name="prompts")
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"t2i-audit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _app_options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                              help="Print the version and exit.")) -> None:
+    """Audit whether a text-to-image model composes what it knows."""
+
 # Stage packages add their own commands; each registers through ``register(app)``.
-PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.report.cli", "t2i_audit.mini.cli")
+PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.report.cli", "t2i_audit.mini.cli",
+               "t2i_audit.board.cli", "t2i_audit.track.cli")
 
 
 @app.command()
@@ -32,13 +48,15 @@ def run(
     prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s), or PromptRecords .jsonl (`prompts import`)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A run.yaml to rerun; other options override it."),
     limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
-    images_per_prompt: Optional[int] = typer.Option(None, "--images-per-prompt", "-n"),
+    images_per_prompt: Optional[int] = typer.Option(None, "--images-per-prompt", "-n", help="Images (seeds) per prompt "
+                                                    "(default 1). A larger -n extends the run the same command made."),
     seed: Optional[int] = typer.Option(None, help="Base seed (default 0)."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Images denoised at once (default 4; "
+                                             "a resumed run keeps the batch size it was planned with)."),
     device: Optional[str] = typer.Option(None, help="auto | cuda | cuda:N | mps | cpu"),
     dtype: Optional[str] = typer.Option(None, help="float16 | bfloat16 | float32 (default: the card's)"),
-    steps: Optional[int] = typer.Option(None),
-    guidance: Optional[float] = typer.Option(None),
+    steps: Optional[int] = typer.Option(None, help="Denoising steps (default: the card's)."),
+    guidance: Optional[float] = typer.Option(None, help="Classifier-free guidance scale (default: the card's)."),
     size: Optional[int] = typer.Option(None, help="Square image size in pixels."),
     scorer: Optional[List[str]] = typer.Option(None, "--scorer", help="Scorer(s) to run (default: per category)."),
     stages: Optional[str] = typer.Option(None, help="Comma-separated subset of prompts,generate,score,probe,report."),
@@ -46,20 +64,25 @@ def run(
     compile_: Optional[bool] = typer.Option(None, "--compile/--no-compile", help="torch.compile the denoiser (GPU: faster after a compile of minutes; its time is recorded)."),
     offload: Optional[str] = typer.Option(None, "--offload", help="none | model | sequential CPU offload (default: the card's, only when the weights do not fit the GPU)."),
     vae_tiling: Optional[bool] = typer.Option(None, "--vae-tiling/--no-vae-tiling", help="Decode in tiles (large sizes on small GPUs; default: the card's)."),
+    lora: Optional[List[str]] = typer.Option(None, "--lora", help=LORA_HELP),
+    component: Optional[List[str]] = typer.Option(None, "--component", help=COMPONENT_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ):
     """Generate, score, probe and report: every stage, resuming work already on disk."""
     from . import api
-    from .cli_checks import require_input
+    from .cli_checks import require_input, require_suite
 
     if config is not None:
         require_input(config, "--config")
+    for p in prompts or ():  # before any work: a FIFO or /dev/zero would never end
+        require_suite(p)
     given = {"model": model, "prompts": [str(p) for p in prompts] if prompts else None, "limit": limit,
              "images_per_prompt": images_per_prompt, "seed": seed, "batch_size": batch_size, "device": device,
              "dtype": dtype, "steps": steps, "guidance": guidance, "size": size,
              "scorers": list(scorer) if scorer else None,
              "stages": stages.split(",") if stages else None, "out": str(out) if out else None,
-             "compile": compile_, "offload": offload, "vae_tiling": vae_tiling}
+             "compile": compile_, "offload": offload, "vae_tiling": vae_tiling,
+             "loras": list(lora) if lora else None, "components": component_options(component) if component else None}
     if config is not None:
         cfg = api.load_config(config, **given)
     else:
@@ -80,10 +103,25 @@ def run(
     report = Path(root) / "report" / "index.html"
     if report.exists():
         typer.echo(f"report: {report}")
+    line = _headline(RunDir(root))
+    if line:
+        typer.echo(f"headline: {line}")
+
+
+def _headline(run) -> Optional[str]:
+    """The report's headline as one line (summary.json), for `run` to end with; None before a report exists."""
+    try:
+        from .report.headline import headline_text
+        from .safeload import read_json
+
+        summary = read_json(run.summary) if run.summary.exists() else {}
+    except (ModuleNotFoundError, AuditError):  # no report stage installed, or a damaged summary (verify names it)
+        return None
+    return headline_text(summary.get("report") if isinstance(summary, dict) else None)
 
 
 @app.command("models")
-def models_cmd(as_json: bool = typer.Option(False, "--json")):
+def models_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable list.")):
     """List model cards (any hf:org/repo or local pipeline folder works too)."""
     from .models import list_models
 
@@ -104,10 +142,14 @@ def models_cmd(as_json: bool = typer.Option(False, "--json")):
 
 
 @prompts_app.command("validate")
-def prompts_validate(files: List[Path] = typer.Argument(..., help="Suite YAML files.")):
+def prompts_validate(files: List[Path] = typer.Argument(..., help="Suite YAML files, or shipped suites' names "
+                                                       "(colors, spatial, mini …).")):
     """Validate suites strictly; print prompt counts, or every problem with file:line."""
+    from .cli_checks import require_suite
     from .prompts import expand_files, template_counts
 
+    for f in files:
+        require_suite(f, "FILES")
     records = expand_files(files)
     for key, c in template_counts(records).items():
         typer.echo(f"ok  {key:<40} {c['prompts']:>6} prompts  ({c['category']}; {c['heldout']} held out, {c['twins']} with twins)")
@@ -115,11 +157,14 @@ def prompts_validate(files: List[Path] = typer.Argument(..., help="Suite YAML fi
 
 
 @prompts_app.command("show")
-def prompts_show(file: Path = typer.Argument(...), limit: int = typer.Option(5, "--limit", "-n"),
+def prompts_show(file: Path = typer.Argument(..., help="A suite YAML, or a shipped suite's name (colors, mini …)."),
+                 limit: int = typer.Option(5, "--limit", "-n", help="Sample prompts shown per template."),
                  as_json: bool = typer.Option(False, "--json", help="Full records instead of text lines.")):
     """Counts per template and sample prompts with their questions."""
+    from .cli_checks import require_suite
     from .prompts import expand_files, template_counts
 
+    require_suite(file, "FILE")
     records = expand_files([file])
     for key, c in template_counts(records).items():
         typer.echo(f"{key}: {c['prompts']} prompts ({c['category']})")
@@ -138,13 +183,18 @@ def prompts_show(file: Path = typer.Argument(...), limit: int = typer.Option(5, 
 
 
 @prompts_app.command("export")
-def prompts_export(files: List[Path] = typer.Argument(...), out: Path = typer.Option(..., "--out", "-o"),
-                   limit: Optional[int] = typer.Option(None), seed: int = typer.Option(0),
+def prompts_export(files: List[Path] = typer.Argument(..., help="Suite YAML files, or shipped suites' names."),
+                   out: Path = typer.Option(..., "--out", "-o", help="PromptRecords JSONL to write."),
+                   limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
+                   seed: int = typer.Option(0, help="Seed of the --limit subset."),
                    force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise).")):
     """Expand suites to a JSONL file of PromptRecords."""
     from .api import export_prompts
-    from .rundir import claim_output_file
+    from .cli_checks import require_suite
+    from .ownership import claim_output_file
 
+    for f in files:
+        require_suite(f, "FILES")
     claim_output_file(out, force=force)
     n = export_prompts([str(f) for f in files], out, limit, seed)
     typer.echo(f"wrote {n} prompts to {out}")
@@ -175,7 +225,8 @@ def prompts_import(
     """Import GenEval, T2I-CompBench or DPG-Bench prompts as PromptRecords (slots, questions, categories)."""
     from .cli_checks import require_inputs
     from .importers import import_prompts, parse_summary
-    from .rundir import atomic_write_jsonl, claim_output_file
+    from .ownership import claim_output_file
+    from .rundir import atomic_write_jsonl
 
     require_inputs(vocab, "--vocab")  # every format: a path given must exist, whether or not it is read
     claim_output_file(out, force=force)  # before the import's (and the question generator's) work
@@ -208,10 +259,14 @@ def label_cmd(
 ):
     """A self-contained labelling page (opens offline); its export is the CSV `calibrate --labels` reads."""
     from .report.label import render_label_page
-    from .rundir import claim_output_file
+    from .ownership import claim_output_file
 
     if out is not None:  # the default lies in the run's own report folder
         claim_output_file(out, force=force)
+    else:  # writes into the run: a run's folder only, locked while this command writes
+        from .ownership import require_kind
+
+        require_kind(run_dir, "run")
 
     typer.echo(str(render_label_page(run_dir, n=n, seed=seed, out=out, progress=not quiet)))
 
@@ -231,14 +286,26 @@ _register_plugins()
 
 
 def main() -> None:
-    try:
-        app()
-    except AuditError as e:
-        typer.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("interrupted: finished work is on disk; rerun the same command to resume", err=True)
-        sys.exit(130)
+    from .oserrors import first_actionable
+    from .ownership import command_scope
+    from .terminal import printable_echo
+
+    with printable_echo():
+        try:
+            with command_scope():  # the folders this command writes stay locked until it ends
+                app()
+        except AuditError as e:
+            typer.echo(f"error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            typer.echo("interrupted: finished work is on disk; rerun the same command to resume", err=True)
+            sys.exit(130)
+        except OSError as e:  # a full or read-only disk, no permission: said once here for every command
+            said = first_actionable(e)
+            if said is None:
+                raise
+            typer.echo(f"error: {said}", err=True)
+            sys.exit(said.exit_code)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ names where those labels came from). Per category, among the scorers that gave v
    measured Cohen's κ on the category is <= ``CHANCE_KAPPA``;
 2. evidence, strongest first:
    * ``calibrate`` results stored in the run(s) (``<run>/calibration/report.json``, prompt level,
-     else question level, at least ``MIN_LABELS`` labels; several runs are pooled, n-weighted);
+     else question level, at least ``MIN_LABELS`` labels with a defined κ — labels of both kinds; several
+     runs are pooled, n-weighted); over a card's measured agreement only from ``MIN_LABELS_OVER_CARD``
+     labels on the category (below, the card stands and the reason says why);
    * the card's measured ``known_agreement`` (``per_category`` by category or aspect, the worst
      match, else ``overall``) — figures measured on *generated* images, not published notes;
    * none: the family preference per category below (the published ordering of human agreement:
@@ -30,11 +32,17 @@ A card's structured ``known_agreement`` (a human note ``figure`` + ``source`` st
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from .records import read_document, read_records, score_records
+
 MIN_LABELS = 10          # fewer calibrated labels than this on a category is no evidence
+# labels on a category before calibrate's measured agreement replaces a card's measured known_agreement: at 80 %
+# agreement and 50 % chance agreement κ's 95 % interval is ±0.22 with 50 labels (±0.35 with 20), narrow enough to
+# tell a judge at chance (κ ≤ 0.10) from a substantial one (≥ 0.6); fewer would let a small, lopsided sample
+# overturn a card measured on hundreds of questions (issue 37)
+MIN_LABELS_OVER_CARD = 50
 CHANCE_KAPPA = 0.10      # κ at or below this: no better than chance (Landis & Koch: "slight" < 0.2)
 
 # family preference when no scorer has agreement evidence for the category
@@ -120,22 +128,28 @@ def _root(run) -> Path:
 def calibration_evidence(run_dirs: Iterable) -> dict:
     """{scorer: {category: {accuracy, kappa, n, level, runs}}} pooled over the runs' stored
     ``calibration/report.json`` (n-weighted means; a κ pooled this way is an approximation)."""
-    pooled: dict = {}
+    reports = []
     for run in run_dirs:
         path = _root(run) / "calibration" / "report.json"
         if not path.exists():
             continue
-        try:
-            rep = json.loads(path.read_text())
-        except json.JSONDecodeError:
-            continue  # a torn/corrupt report is no evidence; calibrate rewrites it atomically
+        reports.append(read_document(path, "calibration"))  # written whole (atomically): damage is an edit, refused
+    return pool_calibration(reports)
+
+
+def pool_calibration(reports: Iterable[Mapping]) -> dict:
+    """:func:`calibration_evidence` from calibration reports already read (the board keeps each run's)."""
+    pooled: dict = {}
+    for rep in reports:
         for name, entry in (rep.get("scorers") or {}).items():
             levels = entry.get("levels") or {}
             cats = set(levels.get("prompt") or {}) | set(levels.get("question") or {})
             for cat in cats - {"all"}:
                 for level in ("prompt", "question"):
                     m = (levels.get(level) or {}).get(cat)
-                    if m and m.get("accuracy") is not None and (m.get("n") or 0) >= MIN_LABELS:
+                    # κ undefined (constant labels) says nothing about agreement beyond chance: no evidence
+                    if m and m.get("accuracy") is not None and m.get("kappa") is not None \
+                            and (m.get("n") or 0) >= MIN_LABELS:
                         acc = pooled.setdefault(name, {}).setdefault(cat, {"level": level, "parts": []})
                         if acc["level"] == level:
                             acc["parts"].append(m)
@@ -202,16 +216,13 @@ def _fmt(ev: Mapping) -> str:
 def decided_counts(run_dir) -> dict:
     """{scorer: {category: prompt verdicts given}} from ``scores/*.jsonl`` of one run (the
     category of the prompt in prompts.jsonl, else the record's own)."""
-    from .rundir import read_jsonl
-
     root = _root(run_dir)
-    cat_of = {p["id"]: p.get("category") for p in read_jsonl(root / "prompts.jsonl")} \
-        if (root / "prompts.jsonl").exists() else {}
+    cat_of = {p["id"]: p.get("category") for p in read_records(root / "prompts.jsonl", "prompts")}
     out: dict = {}
     scores = root / "scores"
     for path in sorted(scores.glob("*.jsonl")) if scores.is_dir() else []:
         counts = out.setdefault(path.stem, {})
-        for r in read_jsonl(path):
+        for r in score_records(path):
             if r.get("kind") == "prompt" and r.get("verdict") is not None:
                 c = cat_of.get(r.get("prompt_id"), r.get("category"))
                 counts[c] = counts.get(c, 0) + 1
@@ -221,13 +232,14 @@ def decided_counts(run_dir) -> dict:
 # --- the rule ---------------------------------------------------------------------------------
 def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
                      decided: list[Mapping] | None = None, cards: Mapping | None = None,
-                     defaults: Mapping | None = None) -> dict:
+                     defaults: Mapping | None = None, calibration: Mapping | None = None) -> dict:
     """``{category: {"scorer", "why", "agreement", "source", "excluded", "candidates"}}``.
 
     ``run_dirs``: one run (report, probe) or several (compare: the union of their calibration
     evidence; a scorer is a candidate only where it gave verdicts on the category in every run).
     ``decided``: per run ``{scorer: {category: verdicts}}`` (read from scores/ when omitted).
-    ``cards``: the registry's cards (loaded when omitted). ``scorer`` is None where every
+    ``cards``: the registry's cards (loaded when omitted). ``calibration``: the runs' pooled calibration
+    evidence (:func:`pool_calibration`; read from the run folders when omitted). ``scorer`` is None where every
     candidate is at chance or no scorer gave a verdict; ``why`` says which.
     """
     runs = list(run_dirs) if isinstance(run_dirs, (list, tuple)) else [run_dirs]
@@ -244,12 +256,12 @@ def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
             defaults[c] = category_default(c, cards)
     if categories is None:
         categories = {c for d in decided for s in d.values() for c in s}
-    calib = calibration_evidence(runs)
+    calib = calibration_evidence(runs) if calibration is None else calibration
     source_calib = SOURCE_RUN if len(runs) == 1 else SOURCE_RUNS
     out = {}
     for cat in sorted(categories, key=lambda c: str(c)):
         names = set.intersection(*[{n for n, cs in d.items() if cs.get(cat)} for d in decided]) if decided else set()
-        excluded, scored = {}, []
+        excluded, scored, set_aside = {}, [], {}
         for name in sorted(names):
             card = cards.get(name)
             cal = (calib.get(name) or {}).get(cat)
@@ -257,6 +269,10 @@ def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
             if chance:
                 excluded[name] = chance
                 continue
+            if cal is not None and cev is not None and cal["n"] < MIN_LABELS_OVER_CARD:
+                set_aside[name] = (f"{source_calib} ({_fmt({**cal, 'on': cat})}) set aside: fewer than "
+                                   f"{MIN_LABELS_OVER_CARD} labels do not replace the card's measured agreement")
+                cal = None
             if cal is not None:
                 ev, tier, src = {**cal, "on": cat}, 2, source_calib
             elif cev is not None:
@@ -270,6 +286,9 @@ def deciding_scorers(run_dirs, categories: Iterable | None = None, *,
                            "kind": scorer_kind(card),
                            "n": min(d.get(name, {}).get(cat, 0) for d in decided)})
         out[cat] = _pick(cat, scored, excluded, defaults.get(cat))
+        if set_aside:
+            out[cat]["why"] = (out[cat].get("why") or "") + "; " + "; ".join(
+                f"{n}: {w}" for n, w in sorted(set_aside.items()))
     return out
 
 

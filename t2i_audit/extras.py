@@ -26,6 +26,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "open_clip": ("open_clip_torch", "open-clip"),
     "torchvision": ("torchvision", "vlm"),
     "timm": ("timm", "open-clip"),
+    "peft": ("peft", "lora"),  # --lora: diffusers' LoRA loaders run on peft (t2i_audit/variants)
 }
 
 

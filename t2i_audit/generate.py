@@ -35,7 +35,7 @@ from typing import Optional
 from .errors import AuditError
 from .families import pipeline_family
 from .models import ModelCard
-from .rundir import RunDir, append_jsonl, atomic_write_bytes, atomic_write_jsonl, read_jsonl, repair_jsonl
+from .rundir import RunDir, append_jsonl, atomic_write_bytes, atomic_write_jsonl, repair_jsonl
 
 DTYPES = ("float32", "float16", "bfloat16")
 BLACK_MAX = 0.02  # an image whose brightest pixel is below this (of 1.0) is flagged "black"
@@ -125,6 +125,11 @@ def load_pipeline(card: ModelCard, device: str, dtype: str, *, offload: Optional
                   vae_tiling: Optional[bool] = None):
     """The card's pipeline on ``device`` in ``dtype``; ``pipe.t2i_placement`` says how it was placed (offload,
     VAE tiling, the dtype each component runs in and why)."""
+    from .reuse import active
+
+    session = active()
+    if session is not None:  # t2i-audit track: the base loaded once, this run's variant switched in
+        return session.pipeline(card, device, dtype, offload=offload, vae_tiling=vae_tiling, load=load_pipeline)
     import torch
     from diffusers import DiffusionPipeline
 
@@ -134,11 +139,19 @@ def load_pipeline(card: ModelCard, device: str, dtype: str, *, offload: Optional
     if card.variant and dtype != "float32":  # fp16 files: half the download; never upcast them to fp32
         kw["variant"] = card.variant
     kw.update(card.load_components(dtype))  # components the repo does not ship (models.yaml `components:`)
+    if card.adapted:
+        from .variants.load import load_replacements
+
+        kw.update(load_replacements(card, dtype))  # --component NAME=PATH: passed as from_pretrained(..., unet=obj)
     try:
         pipe = DiffusionPipeline.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
         raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {e}") from None
     pipe.set_progress_bar_config(disable=True)
+    if card.adapted.loras:  # on the CPU copy, before placement (offload hooks and devices follow the loaded layers)
+        from .variants.load import apply_loras
+
+        pipe.t2i_loras = apply_loras(pipe, card.adapted)
     placement = {"offload": place_pipeline(pipe, card, device, offload)}
     vae_dtype, why, ours = vae_decode_dtype(card, pipe, dtype)
     if ours and vae_dtype != dtype:
@@ -329,9 +342,8 @@ def _done_items(run: RunDir) -> dict[tuple[str, int], dict]:
     from .rundir import file_sha256
 
     candidates: dict[tuple[str, int], list[dict]] = {}
-    for src in [run.images, *sorted((run.root / "shards").glob("images.rank*.jsonl"))]:
-        for rec in read_jsonl(src):
-            candidates.setdefault((rec["prompt_id"], rec["sample"]), []).append(rec)
+    for rec in run.read_images() + run.read_image_shards():  # each record checked (t2i_audit.records)
+        candidates.setdefault((rec["prompt_id"], rec["sample"]), []).append(rec)
     done = {}
     for key, recs in candidates.items():
         digests: dict[str, Optional[str]] = {}
@@ -398,7 +410,8 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
         run.update_stage("generate", device_name=_device_name(device), pipeline=type(pipe).__name__,
                          resolved_from=str(pipe.config.get("_name_or_path", "")),
                          batches=len(plan), batches_run_now=len(work), load_seconds=round(load_seconds, 3),
-                         placement=getattr(pipe, "t2i_placement", None))
+                         placement=getattr(pipe, "t2i_placement", None),
+                         **({"loras": pipe.t2i_loras} if getattr(pipe, "t2i_loras", None) else {}))
     with state.split_between_processes(work) as mine:
         timing = _generate_share(run, pipe, card, s, mine, rank, progress and state.is_main_process)
     if state.is_main_process and timing:
@@ -434,7 +447,7 @@ def _generate_share(run: RunDir, pipe, card: ModelCard, s: GenSettings, work: li
 
     from .image_writer import BatchWriter
 
-    bar = tqdm(total=sum(len(keep) for _, _, keep in work), desc=f"generate {card.name}", unit="img",
+    bar = tqdm(total=sum(len(keep) for _, _, keep in work), desc=f"generate {card.label()}", unit="img",
                disable=not progress)
     compiled_before = compile_seconds() if s.compile else 0.0
     batch_seconds: list[float] = []

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from .errors import AuditError, did_you_mean
 from .safeload import load_yaml, read_json
+from .variants import NO_VARIANT, Variant
 
 CARDS_FILE = Path(__file__).with_name("models.yaml")
 PACKAGE_DIR = Path(__file__).parent
@@ -42,6 +43,27 @@ class ModelCard:
     gated: Optional[bool] = None  # the hub asks to accept terms (HF token) before download
     components: dict = field(default_factory=dict)  # pipeline components the repo does not ship: name -> spec
     sources: dict = field(default_factory=dict)  # setting (steps, guidance, size, call …) -> where it comes from
+    adapted: Variant = NO_VARIANT  # the user's LoRAs and replaced components on top of this model (variants.py)
+
+    def with_variant(self, variant: Optional[Variant] = None, *, loras=None, components=None) -> "ModelCard":
+        """This card with ``variant`` applied wherever its pipeline is built (generate.load_pipeline, the text-only
+        pipeline of activation extraction); or with the variant that ``loras`` (``PATH_OR_REPO[:SCALE]`` specs) and
+        ``components`` (name -> path) resolve to. ``None`` / nothing: the card as it is."""
+        from dataclasses import replace
+
+        from . import variants
+
+        if variant is None:
+            if not loras and not components:
+                return self
+            variant = variants.resolve(loras or (), components or {})
+        return replace(self, adapted=variant) if variant or self.adapted else self
+
+    def label(self) -> str:
+        """The model as a run made with this card is named (``mini + my_lora@0.8 (sha256 1a2b3c)``; variants/labels.py)."""
+        from .variants.labels import model_label
+
+        return model_label(self.name, self.adapted.described() if self.adapted else None)
 
     def pretrained_path(self) -> str:
         """What to hand to ``from_pretrained``: a local folder or an HF repo id."""
@@ -75,8 +97,8 @@ class ModelCard:
         """The card's ``components``, loaded, as keyword arguments for ``DiffusionPipeline.from_pretrained`` (which
         takes a passed object for a component whose model_index.json entry is null or missing); ``text_only``: the
         tokenizers and text encoders alone (activation extraction)."""
-        wanted = {n: c for n, c in self.components.items()
-                  if not text_only or n.startswith(("text_encoder", "tokenizer"))}
+        wanted = {n: c for n, c in self.components.items()  # a component the user replaced is not loaded
+                  if (not text_only or n.startswith(("text_encoder", "tokenizer"))) and not self.adapted.component(n)}
         if not wanted:
             return {}
         import diffusers
@@ -103,7 +125,9 @@ class ModelCard:
                 "local": self.local, "pipeline": self.pipeline, "defaults": self.defaults, "call": self.call,
                 "variant": self.variant, "vae_dtype": self.vae_dtype, "components": self.components,
                 "offload": self.offload, "vae_tiling": self.vae_tiling, "sources": self.sources,
-                "licence": self.licence, "gated": self.gated}
+                "licence": self.licence, "gated": self.gated,
+                # "variant" is the weights variant (fp16 files); the user's LoRAs / components are "adapted"
+                **({"adapted": self.adapted.described()} if self.adapted else {})}
 
 
 def read_model_index(path_or_repo: str, revision: Optional[str] = None) -> dict:
@@ -204,7 +228,9 @@ CARD_FIELDS = {"repo", "revision", "package", "pipeline", "defaults", "call", "t
                "vae_dtype", "notes", "licence", "gated", "components", "sources", "offload", "vae_tiling"}
 OFFLOAD_MODES = ("model", "sequential")
 COMPONENT_FIELDS = {"repo", "class", "subfolder", "revision"}
-SOURCED = {*GENERIC_DEFAULTS, "call", "components", "vae_dtype", "offload"}  # what a `sources:` entry can name
+SOURCED = {*GENERIC_DEFAULTS, "call", "components", "vae_dtype", "offload", "licence", "gated"}  # what `sources:` can name
+# A tiny card's weights are random numbers this package makes from a config: its own licence, nothing to accept.
+TINY_LICENCE = "apache-2.0"  # this project's own (pyproject.toml)
 
 
 def check_card(name: str, spec: dict, tiny: bool = False) -> None:
@@ -240,7 +266,8 @@ def _from_card(name: str, spec: dict, tiny: bool = False) -> ModelCard:
         call=dict(spec.get("call", {})), text_encoders_=tuple(spec.get("text_encoders", ())),
         scorers=tuple(spec.get("scorers", ())), variant=spec.get("variant"), vae_dtype=spec.get("vae_dtype"),
         offload=spec.get("offload"), vae_tiling=bool(spec.get("vae_tiling", False)),
-        notes=spec.get("notes"), licence=spec.get("licence"), gated=spec.get("gated"),
+        notes=spec.get("notes"), licence=spec.get("licence", TINY_LICENCE if tiny else None),
+        gated=spec.get("gated", False if tiny else None),
         components={k: dict(v) for k, v in (spec.get("components") or {}).items()},
         sources=dict(spec.get("sources") or {}))
 
@@ -261,6 +288,11 @@ def _cardless(card: ModelCard) -> ModelCard:
 def resolve_model(ref: str) -> ModelCard:
     """Turn a card name, ``hf:`` id or local folder into a ModelCard, or explain the problem."""
     ref = ref.strip()
+    from .reuse import active
+
+    session = active()
+    if session is not None and session.card(ref) is not None:  # a pipeline held in memory (TrackCallback)
+        return session.card(ref)
     cards = _cards()
     if ref in cards:
         return _from_card(ref, cards[ref])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable, Hashable, Iterable, Mapping
+from typing import Any, Callable, Hashable, Iterable, Mapping, Optional
 
 MADE_WITH = "made_with"  # the key a resumable record keeps its settings id under
 
@@ -47,21 +47,25 @@ def stamped(records: Iterable[dict], settings: Mapping[str, Any]) -> list[dict]:
 
 
 def reusable_records(path: Path | str, settings: Mapping[str, Any],
-                     key: Callable[[dict], Hashable]) -> dict[Hashable, dict]:
+                     key: Callable[[dict], Hashable], kind: Optional[str] = None) -> dict[Hashable, dict]:
     """The records of the JSONL ``path`` that were made with exactly ``settings``, by ``key``.
 
     Everything else in the file is left out, so the caller recomputes it: records of other settings,
     records from before settings were recorded (no stamp), anything not a JSON object or without the
-    fields ``key`` reads. A missing file has none.
+    fields ``key`` reads. A missing file has none. ``kind`` (a :data:`t2i_audit.records.RECORD_KINDS` name):
+    every record is checked first — one edited or damaged since it was written is refused at ``file:line``,
+    never reused with a wrong value nor silently recomputed over.
     """
-    from .rundir import read_jsonl
+    from .records import read_records
+    from .safeload import jsonl_lines
 
     path = Path(path)
     if not path.is_file():
         return {}
     made_with = settings_id(settings)
     out: dict[Hashable, dict] = {}
-    for rec in read_jsonl(path):
+    records = read_records(path, kind) if kind else [r for _, r in jsonl_lines(path)]
+    for rec in records:
         if not isinstance(rec, dict) or rec.get(MADE_WITH) != made_with:
             continue
         try:

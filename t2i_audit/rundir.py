@@ -23,12 +23,14 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import AuditError
-from .safeload import loads_json
+from .records import read_document, read_records, score_records
+from .safeload import jsonl_lines
 
 
 class RunLockedError(AuditError):
@@ -59,23 +61,43 @@ def file_mode() -> int:
     return 0o666 & ~process_umask()
 
 
+def persist(f, data: bytes) -> None:
+    """Write ``data`` to the open binary file ``f`` and make it durable: every file the tool writes goes through
+    here (whole files, appended records, folder markers), so a test that makes it raise ``OSError(ENOSPC)``
+    fills the disk for every writer at once."""
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError raised while writing ``path`` names ``path`` — not the temp file it went through, nor
+    nothing (a ``write`` that hits a full disk carries no file name) — so the user is told where."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno is None or e.filename == str(path):
+            raise
+        raise OSError(e.errno, e.strerror or os.strerror(e.errno), str(path)) from e
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp creates 0600 and os.replace keeps it: a shared run directory (a lab group,
-        # a web server showing the images) could not read our files. Honour the umask instead.
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), file_mode())
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            # mkstemp creates 0600 and os.replace keeps it: a shared run directory (a lab group,
+            # a web server showing the images) could not read our files. Honour the umask instead.
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), file_mode())
+                persist(f, data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 # atomic_write_bytes' staging names: mkstemp(prefix=".<name>.", suffix=".tmp") adds 8 characters of this alphabet
@@ -144,38 +166,22 @@ def append_jsonl(path: Path, records: Iterable[dict]) -> None:
     if not payload:
         return
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(payload)
-        f.flush()
-        os.fsync(f.fileno())
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as f:
+            persist(f, payload.encode("utf-8"))
 
 
 def read_jsonl(path: Path, *, strict: bool = False) -> list[dict]:
-    """Read a JSONL file. A partial last line (a killed append) is dropped.
+    """Read a JSONL file (missing: no records). A partial last line (a killed append) is dropped.
 
-    A malformed line anywhere else is corruption and raises with the file and line number.
+    A malformed line anywhere else is corruption and raises with the file and line number. The run's own
+    record kinds are read through :func:`t2i_audit.records.read_records`, which also checks each record.
     """
     path = Path(path)
     if not path.exists():
         return []
-    raw = path.read_bytes()
-    lines = raw.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]
-    out = []
-    for i, line in enumerate(complete, 1):
-        if not line.strip():
-            continue
-        out.append(loads_json(line, f"{path}:{i}", finite=False, what="corrupted JSONL line"))
-    if tail.strip():
-        # No trailing newline: an append was cut short. A complete JSON object without its
-        # newline is still kept; anything else is the torn record of an unfinished item.
-        try:
-            out.append(loads_json(tail, f"{path}:{len(lines)}", finite=False))
-        except AuditError:
-            if strict:
-                raise AuditError(f"{path}:{len(lines)}: torn last line") from None
-    return out
+    return [value for _, value in jsonl_lines(path, strict=strict)]
 
 
 def repair_jsonl(path: Path) -> bool:
@@ -199,20 +205,6 @@ def repair_jsonl(path: Path) -> bool:
         return True
 
 
-# --- output folders: the ownership rule lives in ownership.py; these names stay importable from here -----
-
-_OWNERSHIP = ("MARKER", "MARKER_VERSION", "LEGACY_LAYOUTS", "WRITERS", "claim_output_dir", "claim_output_file",
-              "folder_kind", "folder_maker", "require_kind")
-
-
-def __getattr__(name: str):  # lazily (PEP 562): ownership.py imports this module's atomic writes
-    if name in _OWNERSHIP:
-        from . import ownership
-
-        return getattr(ownership, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @contextlib.contextmanager
 def staged_into(folder: Path) -> Iterator[Path]:
     """Yield an empty staging folder inside ``folder``; on success move each entry written there
@@ -232,38 +224,67 @@ def staged_into(folder: Path) -> Iterator[Path]:
         shutil.rmtree(stage, ignore_errors=True)
 
 
+_held: dict[str, list] = {}  # real path of a lock file → [fd, depth]: the locks this process holds
+_held_guard = threading.Lock()
+
+
+def process_rank() -> int:
+    """This process's rank under ``accelerate launch`` / ``torchrun`` (0 alone): each rank locks its own file."""
+    try:
+        return int(os.environ.get("RANK", "0") or 0)
+    except ValueError:
+        return 0
+
+
 class RunLock:
     """An exclusive, non-blocking ``flock`` on ``<run>/.lock[.<rank>]``.
 
-    The kernel drops it when the holder dies, so ``kill -9`` never leaves a stale lock.
+    The kernel drops it when the holder dies, so ``kill -9`` never leaves a stale lock. Re-entrant within a
+    process: a command that holds its folder's lock (``ownership.command_scope``) calls stages that take it
+    again, and every read-modify-write of a shared file (manifest.json, summary.json) takes it around itself.
     """
 
     def __init__(self, run_dir: Path, rank: int = 0):
         self.path = Path(run_dir) / (".lock" if rank == 0 else f".lock.{rank}")
-        self._fd: int | None = None
+        self._key: str | None = None
 
     def acquire(self) -> "RunLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise RunLockedError(
-                f"{self.path.parent}: run directory is in use by pid {holder}; "
-                "wait for it to finish or choose another --out"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._fd = fd
+        with naming(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(self.path)
+        with _held_guard:
+            if key in _held:
+                _held[key][1] += 1
+                self._key = key
+                return self
+            with naming(self.path):
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                os.close(fd)
+                raise RunLockedError(
+                    f"{self.path.parent}: in use by pid {holder} (another t2i-audit command is writing it); "
+                    "wait for it to finish, then rerun — or choose another --out"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            _held[key] = [fd, 1]
+            self._key = key
         return self
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        with _held_guard:
+            if self._key is None:
+                return
+            entry = _held[self._key]
+            entry[1] -= 1
+            if entry[1] == 0:
+                fcntl.flock(entry[0], fcntl.LOCK_UN)
+                os.close(entry[0])
+                del _held[self._key]
+            self._key = None
 
     def __enter__(self) -> "RunLock":
         return self.acquire()
@@ -331,23 +352,43 @@ class RunDir:
     def rel(self, path: Path) -> str:
         return Path(path).relative_to(self.root).as_posix()
 
-    # --- manifest -----------------------------------------------------------------------
+    # --- the run's records, read through their schemas (t2i_audit.records) -------------------
     def read_manifest(self) -> dict:
-        if not self.manifest.exists():
-            return {}
-        return loads_json(self.manifest.read_text(), str(self.manifest), finite=False, what="corrupted manifest")
+        return read_document(self.manifest, "manifest")
 
     def update_stage(self, stage: str, **fields: Any) -> dict:
-        """Merge ``fields`` into ``manifest.stages[stage]`` and rewrite atomically."""
-        m = self.read_manifest()
-        m.setdefault("stages", {}).setdefault(stage, {}).update(fields)
-        atomic_write_json(self.manifest, m)
+        """Merge ``fields`` into ``manifest.stages[stage]`` and rewrite atomically, under the writer lock (the
+        command's own, re-entered; or taken for this write): another command's update is never lost between
+        our read and our write."""
+        with RunLock(self.root):
+            m = self.read_manifest()
+            m.setdefault("stages", {}).setdefault(stage, {}).update(fields)
+            atomic_write_json(self.manifest, m)
         return m
+
+    def read_summary(self) -> dict:
+        return read_document(self.summary, "summary")
+
+    def update_summary(self, key: str, value: Any) -> None:
+        """Set one top-level key of summary.json, keeping every other key as it is on disk now (under the lock)."""
+        with RunLock(self.root):
+            current = self.read_summary()
+            current[key] = value
+            atomic_write_json(self.summary, current)
 
     def read_prompts(self) -> list[dict]:
         if not self.prompts.exists():
             raise AuditError(f"{self.root}: not a run directory (no prompts.jsonl)")
-        return read_jsonl(self.prompts)
+        return read_records(self.prompts, "prompts")
 
     def read_images(self) -> list[dict]:
-        return read_jsonl(self.images)
+        return read_records(self.images, "images")
+
+    def read_image_shards(self) -> list[dict]:
+        """Every record in shards/images.rank*.jsonl (the resume's other source), in file order."""
+        return [r for p in sorted((self.root / "shards").glob("images.rank*.jsonl"))
+                for r in read_records(p, "image-shard")]
+
+    def read_scores(self, path: "Path | str") -> list[dict]:
+        """The records of a score file (``scores/<scorer>.jsonl`` or one of its shards), each checked."""
+        return score_records(path)

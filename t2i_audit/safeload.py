@@ -21,6 +21,8 @@ import csv
 import io
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -28,6 +30,7 @@ import yaml
 
 from .errors import AuditError
 
+MAX_INPUT_BYTES = 1 << 30  # a text input (suite, JSONL, CSV, run record) larger than 1 GiB is not one we wrote or expect
 MAX_YAML_NODES = 200_000  # values after alias expansion; the largest shipped YAML (models.yaml) has ~900
 MAX_DEPTH = 100  # nesting of YAML collections
 
@@ -130,15 +133,46 @@ def load_yaml(path: str | Path) -> Any:
     return load_yaml_text(read_text(path), str(path))
 
 
+def regular_file(path: str | Path, where: Optional[str] = None, limit: int = MAX_INPUT_BYTES) -> os.stat_result:
+    """``path``'s stat when it is a regular file of at most ``limit`` bytes; an AuditError otherwise, before a byte
+    is read: ``/dev/zero`` reads forever (until the kernel kills a process on a shared machine), a FIFO blocks
+    forever, a folder is not a file. ``where`` names the option it came from (else the path)."""
+    path = Path(path)
+    name = f"{where} {path}" if where else str(path)
+    try:
+        st = os.stat(path)  # stat never opens: a FIFO does not block here
+    except FileNotFoundError:
+        raise AuditError(f"{name}: file not found") from None
+    except NotADirectoryError:
+        raise AuditError(f"{name}: file not found (a part of the path is a file)") from None
+    except PermissionError:
+        raise AuditError(f"{name}: permission denied (cannot read it)") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise AuditError(f"{name}: is a folder, expected a file")
+    if not stat.S_ISREG(st.st_mode):
+        what = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        raise AuditError(f"{name}: {what}, not a regular file; t2i-audit reads only regular files (save the "
+                         "content to a file and give that)")
+    if st.st_size > limit:
+        raise AuditError(f"{name}: {st.st_size:,} bytes, more than the {limit:,} a t2i-audit input may have")
+    return st
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """A regular file's bytes (:func:`regular_file`: bounded, never a FIFO or device), or an AuditError naming it."""
+    regular_file(path)
+    try:
+        return Path(path).read_bytes()
+    except PermissionError:
+        raise AuditError(f"{path}: permission denied (cannot read it)") from None
+
+
 def read_text(path: str | Path) -> str:
     """A UTF-8 text file (a BOM is dropped), or an AuditError naming the file."""
-    path = Path(path)
+    raw = read_bytes(path)
     try:
-        return path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise AuditError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise AuditError(f"{path}: is a folder, expected a file") from None
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise AuditError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
@@ -181,6 +215,27 @@ def loads_json(text: str | bytes, where: str, *, finite: bool = True, what: str 
     except ValueError as e:  # e.g. an integer of more digits than int() accepts
         reason = f"not valid JSON: {e}"
     raise AuditError(f"{where}: {what} ({reason})" if what else f"{where}: {reason}")
+
+
+def jsonl_lines(path: str | Path, *, strict: bool = False, finite: bool = False) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each line of a JSONL file; blank lines skipped. A partial last line (an append
+    cut short by a kill: no newline, not JSON) is dropped — that item was never finished — unless ``strict``.
+    Any other line that does not parse is an AuditError at ``file:line``."""
+    path = Path(path)
+    lines = read_bytes(path).split(b"\n")
+    complete, tail = lines[:-1], lines[-1]
+    for i, line in enumerate(complete, 1):
+        if line.strip():
+            yield i, loads_json(line, f"{path}:{i}", finite=finite, what="corrupted JSONL line")
+    if tail.strip():
+        # a complete JSON object without its newline is still kept; anything else is the torn record
+        try:
+            value = loads_json(tail, f"{path}:{len(lines)}", finite=finite)
+        except AuditError:
+            if strict:
+                raise AuditError(f"{path}:{len(lines)}: torn last line") from None
+            return
+        yield len(lines), value
 
 
 def read_json(path: str | Path, *, finite: bool = True) -> Any:

@@ -27,6 +27,15 @@ def shipped_suite_names() -> list[str]:
     return sorted(p.stem for p in SHIPPED_SUITES.glob("*.yaml"))
 
 
+def shipped_hint(path: str | Path) -> str:
+    """What to say after "file not found" for a suite: the shipped suite of the same name, usable from any folder
+    (``prompts/colors.yaml`` outside a checkout → ``colors``), else the names there are."""
+    stem = Path(path).stem if Path(path).suffix in ("", ".yaml", ".yml") else None
+    if stem in shipped_suite_names() and Path(path).name != stem:
+        return f"; the shipped suite {stem!r} is built in: pass it by name ({stem})"
+    return f" (shipped suites, usable by name: {', '.join(shipped_suite_names())}; from any folder)"
+
+
 def resolve_suite_path(path: str | Path) -> Path:
     """A suite file as given, or a shipped suite named by its bare name (``mini``, ``colors``).
 
@@ -185,8 +194,7 @@ def load_yaml_with_lines(path: Path) -> tuple[Any, dict[tuple, int], list[str]]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        hint = f" (shipped suites, usable by name: {', '.join(shipped_suite_names())})" if not Path(path).suffix else ""
-        raise SuiteError([f"{where}: file not found{hint}"]) from None
+        raise SuiteError([f"{where}: file not found{shipped_hint(path)}"]) from None
     except UnicodeDecodeError as e:
         raise SuiteError([f"{where}: not UTF-8 text ({e.reason} at byte {e.start})"]) from None
     except IsADirectoryError:

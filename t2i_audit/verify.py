@@ -4,6 +4,8 @@ What a run records about its files is checked, category by category:
 
 * ``json``: every ``*.json`` parses and every ``*.jsonl`` line parses (a torn last line is a
   kill's unfinished append: the next run of that stage drops it, but until then it is reported);
+* ``fields``: every record of the run's own files holds what its readers rely on — the schemas every
+  command reads them with (:mod:`t2i_audit.records`: types, ranges, finite numbers, known values);
 * ``images``: every record of images.jsonl has its PNG, with the recorded sha256. A file whose
   hash differs is then decoded to say how it is damaged (truncated, or a valid image with other
   bytes); a file whose hash matches holds the bytes we encoded, so decoding it again proves nothing.
@@ -17,8 +19,9 @@ What a run records about its files is checked, category by category:
   ``meta["n"]`` rows and the sha256 meta.json recorded, and index.jsonl has ``n`` rows;
 * ``records``: no (image) twice in images.jsonl, no (image, question or metric) twice in a score
   file — a rerun would keep either copy;
-* ``stray``: score files no score stage of this run wrote, PNGs images.jsonl does not list — a
-  rerun reads or trips over them;
+* ``stray``: score files no score stage of this run wrote or started, PNGs no image record lists —
+  neither images.jsonl nor the shards a resume reads (a PNG recorded only in a shard is a finished image
+  a kill kept from being merged: the next run merges it, so it is a note, never advice to move it);
 * ``stages``: every stage the manifest records finished (a killed run says ``running``).
 
 No torch here (``verify`` must be instant); numpy and PIL are enough.
@@ -35,17 +38,19 @@ from typing import Optional
 
 from .errors import AuditError
 from .ownership import resume_command
+from .records import RECORD_KINDS, kind_of, problems_of
 from .rundir import RunDir, file_sha256
 from .safeload import loads_json
 
 # every category verify checks, with what it checks: ``verify --json`` lists them all, clean or not
 CATEGORIES = {
     "json": "every *.json parses; every *.jsonl line parses (bounded reader: depth, size, file:line)",
+    "fields": "every record of the run's own files has the types, ranges and values its readers need",
     "images": "every image images.jsonl lists is on disk with its recorded sha256",
     "scores": "every score record's image_sha256 is the hash of the image now on disk",
     "activations": "every array meta.json lists loads, has meta's n rows and its recorded sha256",
     "records": "no image twice in images.jsonl, no (image, question or metric) twice in a score file",
-    "stray": "no score file or PNG that this run's stages did not write",
+    "stray": "no score file or PNG that this run's stages did not write (images.jsonl and shards/ are read)",
     "stages": "every stage the manifest records has finished",
 }
 CLOSE_LEVELS = 4  # 8-bit levels of an 8×8 block mean: rounding elsewhere moves them by 0-2, damage far more
@@ -65,6 +70,8 @@ class _Verifier:
         self.checked = dict.fromkeys(CATEGORIES, 0)
         self.records: dict[Path, list[dict]] = {}  # parsed JSONL files, good lines only
         self.regenerated: list[dict] = []  # other bytes, same picture: made on another machine
+        self.unsound: set[Path] = set()  # JSON documents whose fields its readers refuse
+        self.unmerged: list[str] = []  # PNGs recorded only in shards/: finished, merged by the next run
 
     def bad(self, category: str, path: Path, problem: str) -> None:
         self.problems.append(Problem(category, self.rd.rel(path), problem))
@@ -74,19 +81,48 @@ class _Verifier:
         for path in sorted(self._files("*.json")):
             self.checked["json"] += 1
             try:
-                loads_json(path.read_bytes(), self.rd.rel(path), finite=False)  # we write NaN scores
+                value = loads_json(path.read_bytes(), self.rd.rel(path), finite=False)  # fields: NaN named by key
             except AuditError as e:
                 self.bad("json", path, f"does not parse ({e})")
+                continue
+            kind = kind_of(self.rd.rel(path))
+            if kind is not None:
+                self.checked["fields"] += 1
+                found = problems_of(kind, value)
+                if found:
+                    self.unsound.add(path)
+                    self.bad("fields", path, f"{'; '.join(found[:3])} — {RECORD_KINDS[kind].advice(path)}")
         for path in sorted(self._files("*.jsonl")):
             self.checked["json"] += 1
-            self.records[path] = self._parse_jsonl(path)
+            self.records[path] = self._sound(path, self._parse_jsonl(path))
+
+    def _sound(self, path: Path, numbered: list[tuple[int, dict]]) -> list[dict]:
+        """The records of a registered kind that its readers accept (the others are named under ``fields``
+        and left out of the checks below, which read them as the commands do)."""
+        kind = kind_of(self.rd.rel(path))
+        if kind is None:
+            return [r for _, r in numbered]
+        self.checked["fields"] += 1
+        good, bad = [], {}
+        for i, rec in numbered:
+            found = problems_of(kind, rec)
+            if found:
+                bad[i] = found[0]
+            else:
+                good.append(rec)
+        if bad:
+            first = next(iter(bad))
+            self.bad("fields", path, f"{len(bad)} record(s) its readers refuse: line(s) "
+                                     + ", ".join(map(str, list(bad)[:5])) + (" …" if len(bad) > 5 else "")
+                                     + f" (first, line {first}: {bad[first]}) — {RECORD_KINDS[kind].advice(path)}")
+        return good
 
     def _files(self, pattern: str):
         # hidden names are temp files of writes in flight (``.x.png.abc.tmp``) or locks
         return (p for p in self.rd.root.rglob(pattern)
                 if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.rd.root).parts))
 
-    def _parse_jsonl(self, path: Path) -> list[dict]:
+    def _parse_jsonl(self, path: Path) -> list[tuple[int, dict]]:
         raw = path.read_bytes()
         lines = raw.split(b"\n")
         out, broken = [], {}  # line number -> why it is corrupted
@@ -100,7 +136,7 @@ class _Verifier:
                 broken[i] = str(e)
                 continue
             if isinstance(rec, dict):
-                out.append(rec)
+                out.append((i, rec))
             else:
                 broken[i] = f"{where}: not a JSON object"
         torn = len(lines) in broken and not raw.endswith(b"\n")
@@ -220,21 +256,34 @@ class _Verifier:
                                           "would keep one copy at random — remove the duplicates")
 
     def check_stray(self, manifest: dict) -> None:
-        scorers = ((manifest.get("stages") or {}).get("score") or {}).get("scorers")
+        score = (manifest.get("stages") or {}).get("score") or {}
+        scorers = set(score.get("scorers") or {}) | set(score.get("running") or [])  # finished or started
         if self.rd.scores_dir.is_dir():
             for path in sorted(self.rd.scores_dir.glob("*.jsonl")):
                 self.checked["stray"] += 1
-                if not isinstance(scorers, dict) or path.stem not in scorers:
-                    self.bad("stray", path, "no score stage of this run wrote it (manifest.json lists "
-                                            f"{', '.join(sorted(scorers or {})) or 'no scorer'}): move it out of scores/")
+                if path.stem not in scorers:
+                    self.bad("stray", path, "no score stage of this run wrote it or started it (manifest.json lists "
+                                            f"{', '.join(sorted(scorers)) or 'no scorer'}): move it out of scores/")
         listed = {str(r.get("path")) for r in self.records.get(self.rd.images, [])}
+        # what the resume reads besides images.jsonl (generate._done_items): the shards of every process
+        sharded = {str(r["path"]): r for p in sorted((self.rd.root / "shards").glob("images.rank*.jsonl"))
+                   for r in self.records.get(p, [])}
         images_dir = self.rd.root / "images"
         if images_dir.is_dir():
             for path in sorted(images_dir.rglob("*.png")):
+                rel = self.rd.rel(path)
                 self.checked["stray"] += 1
-                if self.rd.rel(path) not in listed and not path.name.startswith("."):
-                    self.bad("stray", path, "a PNG images.jsonl does not list (a kill between a PNG and its "
-                                            "record leaves one: the next run makes it again)")
+                if rel in listed or path.name.startswith("."):
+                    continue
+                rec = sharded.get(rel)
+                if rec is None:
+                    self.bad("stray", path, "a PNG no image record lists (neither images.jsonl nor shards/): "
+                                            "not written by this run's stages")
+                elif file_sha256(path) == rec.get("sha256"):
+                    self.unmerged.append(rel)
+                else:
+                    self.bad("images", path, "recorded in shards/ with another sha256 (altered since): the next "
+                                             "run of the command that made the run makes it again")
 
     def check_stages(self, manifest: dict) -> None:
         for stage, info in (manifest.get("stages") or {}).items():
@@ -315,12 +364,17 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
     now = v.check_images()
     v.check_scores(now)
     v.check_activations()
-    manifest = rd.read_manifest() if rd.manifest.is_file() and not any(
+    manifest = rd.read_manifest() if rd.manifest.is_file() and not any(  # unsound: named under fields
         p.path == rd.rel(rd.manifest) for p in v.problems) else {}
     v.check_duplicates()
     v.check_stray(manifest)
     v.check_stages(manifest)
     damaged = {c: sum(p.category == c for p in v.problems) for c in CATEGORIES}
+    if v.unmerged:
+        notes.append(f"{len(v.unmerged)} finished image(s) are recorded only in shards/ (the run stopped before it "
+                     "merged them into images.jsonl; they are the run's own — keep them): the command that continues "
+                     "the run merges them without making them again: " + ", ".join(v.unmerged[:5])
+                     + (" …" if len(v.unmerged) > 5 else ""))
     if v.regenerated:
         notes.append(f"{len(v.regenerated)} image(s) hold other bytes than recorded but the same picture "
                      f"(pixel digest within {CLOSE_LEVELS} levels): regenerated elsewhere, not damaged: "
@@ -332,7 +386,7 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
             "problems": [asdict(p) for p in v.problems], "regenerated_elsewhere": v.regenerated, "notes": notes}
 
 
-UNITS = {"json": "files", "images": "images", "scores": "score files", "activations": "encoders",
+UNITS = {"json": "files", "fields": "files", "images": "images", "scores": "score files", "activations": "encoders",
          "records": "files", "stray": "files", "stages": "stages"}
 
 
@@ -358,11 +412,13 @@ def format_result(result: dict) -> str:
 REPAIR = {
     "json": "a torn last line goes on the next run of its stage; a corrupted line elsewhere stops "
             "the stage that reads it: remove that line (or the file, to redo the stage)",
+    "fields": "a record its readers refuse was edited or damaged after t2i-audit wrote it: restore the file from a "
+              "copy of the run, or do what the line above says for that file (the stage that writes it redoes it)",
     "images": "rerun the command that made the run ({resume}): damaged images are regenerated and their "
               "scores redone",
     "scores": "rerun `t2i-audit score {run}` (after regenerating damaged images): stale records are rescored",
     "activations": "rerun `t2i-audit probe {run}`: arrays whose bytes differ from the recorded hash are extracted again",
     "records": "remove the duplicated lines (keep the first), then rerun the stage",
-    "stray": "move files this run did not write out of the run directory",
+    "stray": "move the files listed as stray (no stage of this run wrote them) out of the run directory",
     "stages": "rerun the command that made the run to finish it ({resume})",
 }

@@ -31,3 +31,11 @@ def _torch_threads():
         return
     torch.set_num_threads(1)
     yield
+
+
+@pytest.fixture(scope="session")
+def variant_files(tmp_path_factory):
+    """LoRAs and components users bring for tiny-sd, right and wrong ones (tests/variant_files.py), built once."""
+    from tests.variant_files import build
+
+    return build(tmp_path_factory.mktemp("variant-files"))

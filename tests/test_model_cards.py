@@ -29,16 +29,24 @@ def test_every_card_pipeline_is_a_diffusers_class():
         assert hasattr(diffusers, spec["pipeline"]), (name, spec["pipeline"])
 
 
-def test_open_model_cards_carry_licence_and_gating():
-    for name in NEW:
+def test_every_card_carries_licence_and_gating():
+    """Every card, the tiny twins included: `t2i-audit models` never shows "-" where a licence or an access gate
+    matters (issue 37: flux-dev, sd-3.x, sd-xl, sd-1.5 and pixart-sigma showed "-"); the hub-page cards say where
+    each was read (sources.licence / sources.gated)."""
+    from t2i_audit.models import card_names
+
+    for name in card_names():
         card = resolve_model(name)
-        assert card.repo and card.repo.count("/") == 1, name
         assert isinstance(card.licence, str) and card.licence, name
         assert isinstance(card.gated, bool), name
         assert card.as_dict()["licence"] == card.licence and card.as_dict()["gated"] is card.gated
-    assert resolve_model("flux2-dev").gated is True
+    for name in _cards():
+        card = resolve_model(name)
+        assert card.repo is None or card.repo.count("/") == 1, name
+        assert {"licence", "gated"} <= set(card.sources) or name in NEW, f"{name}: say where licence/gated were read"
+    assert resolve_model("flux2-dev").gated is True and resolve_model("flux-dev").gated is True
+    assert resolve_model("sd-xl").licence == "openrail++" and resolve_model("sd-xl").gated is False
     assert resolve_model("qwen-image").call == {"true_cfg_scale": 4.0, "negative_prompt": " "}
-    assert resolve_model("sd-1.5").licence is None  # optional fields
 
 
 def test_models_lists_family_from_families_yaml():
@@ -59,6 +67,7 @@ def test_models_command_shows_pipeline_licence_gated():
     assert row[1:3] == ["flux2", "Flux2Pipeline"] and "flux-dev-non-commercial" in row and "yes" in row
     as_json = json.loads(CliRunner().invoke(app, ["models", "--json"]).output)
     assert {r["name"]: r["gated"] for r in as_json}["z-image-turbo"] is False
+    assert not [line for line in lines if line.split()[7:9] == ["-", "-"]], "a card without licence and gated"
 
 
 def _cards() -> dict:

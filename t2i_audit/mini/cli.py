@@ -38,10 +38,11 @@ def _budget(steps: Optional[int], minutes: Optional[float], smoke: bool) -> None
 @mini_app.command("train-judge")
 def train_judge_cmd(
     out: Path = typer.Option(Path("mini-judge"), help="Output folder (config.json, model.safetensors, card.json). "
-                             "The shipped judge is t2i_audit/mini/weights/judge: name it to replace it."),
+                             "Outside the package: to ship a new judge, copy the folder over "
+                             "t2i_audit/mini/weights/judge in a checkout and commit it."),
     steps: Optional[int] = typer.Option(None, help="Stop after N steps."),
     minutes: Optional[float] = typer.Option(None, help="Stop after M minutes of wall time."),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="Training seed (data, initialisation)."),
     threads: int = typer.Option(1, help="torch threads."),
     smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
     quiet: bool = QUIET,
@@ -57,14 +58,18 @@ def train_judge_cmd(
 
 @mini_app.command("train-generator")
 def train_generator_cmd(
-    out: Path = typer.Option(Path("mini-generator"), help="Output pipeline folder. The shipped generator is "
-                             "t2i_audit/mini/weights/generator: name it to replace it."),
+    out: Path = typer.Option(Path("mini-generator"), help="Output pipeline folder, outside the package: to ship a "
+                             "new generator, copy it over t2i_audit/mini/weights/generator in a checkout and commit it."),
     steps: Optional[int] = typer.Option(None, help="Stop after N steps."),
     minutes: Optional[float] = typer.Option(None, help="Stop after M minutes of wall time."),
-    seed: int = typer.Option(0),
-    batch: int = typer.Option(32),
+    seed: int = typer.Option(0, help="Training seed (data, initialisation)."),
+    batch: int = typer.Option(32, help="Rendered images per optimisation step."),
     threads: int = typer.Option(1, help="torch threads."),
     smoke: bool = typer.Option(False, help="3 steps of a tiny model (CI)."),
+    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", help="Also write OUT/checkpoint-<step>/ every N steps, in the layout of diffusers' training examples (for `t2i-audit track`); OUT_initial/ holds the untrained pipeline (the track's base)."),
+    track: Optional[Path] = typer.Option(None, "--track", help="Audit the EMA weights in-process into this track folder (TrackCallback: the mini suite, the pixel judge)."),
+    track_every: int = typer.Option(250, "--track-every", help="Steps between in-process audits (--track)."),
+    track_limit: int = typer.Option(40, "--track-limit", help="Prompts of the mini suite each audit uses (--track)."),
     quiet: bool = QUIET,
 ) -> None:
     """Train the mini text-to-image model on renders, held-out colour-shape pairs excluded."""
@@ -73,7 +78,16 @@ def train_generator_cmd(
     _budget(steps, minutes, smoke)
     cfg = smoke_config(seed) if smoke else GeneratorConfig(seed=seed, steps=steps, minutes=minutes,
                                                            batch=batch, threads=threads)
-    card = train_generator(out, cfg, log=_log(quiet))
+    callback = None
+    if track is not None:
+        from ..track import TrackCallback
+        from .components import DEFAULT_GUIDANCE, DEFAULT_STEPS
+
+        callback = TrackCallback(track, prompts=[str(SUITE)], limit=track_limit, every=track_every,
+                                 steps=DEFAULT_STEPS, guidance=DEFAULT_GUIDANCE, size=cfg.size, scorers=["mini-pixel"],
+                                 progress=not quiet)
+    card = train_generator(out, cfg, log=_log(quiet), checkpoint_every=checkpoint_every,
+                           save_initial=checkpoint_every is not None, callback=callback)
     typer.echo(f"generator: {card['steps']} steps, {card['cpu_seconds']} CPU s -> {out}")
 
 
@@ -81,24 +95,30 @@ def train_generator_cmd(
 def eval_judges_cmd(
     judge: Path = typer.Option(WEIGHTS / "judge", help="open_clip judge folder."),
     n: int = typer.Option(300, help="Triples per category."),
-    seed: int = typer.Option(90210),
-    write: bool = typer.Option(True, help="Write the accuracy into the judges' card.json."),
+    seed: int = typer.Option(90210, help="Seed of the rendered test triples (the cards' figures use 90210)."),
+    write: bool = typer.Option(False, help="Write the open_clip judge's accuracy into --judge/card.json (a judge "
+                                           "you trained or copied: the shipped one, inside the package, is never "
+                                           "rewritten). The pixel judge's figures are printed only."),
     agreement: bool = typer.Option(False, help="Also run the registered scorers (mini-pixel, mini-judge) on "
-                                               "renders of the mini suite and record agreement with the truth."),
+                                               "renders of the mini suite and print agreement with the truth."),
 ) -> None:
-    """Accuracy per category (shape, colour, colour/shape binding, relation) on fresh renders."""
+    """Accuracy per category (shape, colour, colour/shape binding, relation) on fresh renders. Prints; writes
+    nothing unless --write names a judge of your own."""
     from ..cli_checks import require_input
+    from ..ownership import refuse_package_path
     from .evaluate import _update_card, eval_judges, eval_scorer_on_renders
 
     require_input(judge, "--judge", "folder")
+    if write:  # before the work: the card written must not be the package's
+        refuse_package_path(judge / "card.json", "--write: --judge card")
 
-    res = eval_judges(judge if write else None, WEIGHTS / "pixel" / "card.json" if write else None, n, seed)
+    res = eval_judges(judge if write else None, None, n, seed)
     if agreement:
-        for name, card in (("mini-pixel", WEIGHTS / "pixel" / "card.json"), ("mini-judge", judge / "card.json")):
+        for name in ("mini-pixel", "mini-judge"):
             ag = eval_scorer_on_renders(name, SUITE, seed)
             typer.echo(f"{name} scorer agreement with truth on suite renders: {ag['agreement']}")
-            if write:
-                _update_card(card, "scorer_agreement", ag)
+            if write and name == "mini-judge":
+                _update_card(judge / "card.json", "scorer_agreement", ag)
     if not write and (judge / "model.safetensors").exists():
         from .evaluate import eval_clip_judge
 
@@ -112,20 +132,25 @@ def eval_generator_cmd(
     model: Path = typer.Option(WEIGHTS / "generator", help="Generator pipeline folder."),
     suite: Path = typer.Option(SUITE, help="Prompt suite."),
     samples: int = typer.Option(4, help="Images per prompt."),
-    steps: Optional[int] = typer.Option(None),
-    guidance: Optional[float] = typer.Option(None),
+    steps: Optional[int] = typer.Option(None, help="Denoising steps (default: the mini card's 20)."),
+    guidance: Optional[float] = typer.Option(None, help="Guidance scale (default: the mini card's 7.0)."),
     limit: Optional[int] = typer.Option(None, help="First N prompts only."),
     every: int = typer.Option(1, help="Every k-th prompt of the suite only."),
-    write: bool = typer.Option(True, help="Write the result into the generator's card.json."),
+    write: bool = typer.Option(False, help="Write the result into --model/card.json (a generator you trained or "
+                                           "copied: the shipped one, inside the package, is never rewritten)."),
     grid: Optional[Path] = typer.Option(None, help="Also save a PNG grid of samples."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at --grid (never done otherwise)."),
 ) -> None:
-    """Seen vs held-out success of the generator, judged by the pixel judge."""
+    """Seen vs held-out success of the generator, judged by the pixel judge. Prints; writes nothing unless --write
+    names a generator of your own. The full suite at 4 images per prompt takes about 13 minutes on 2 CPU cores
+    (--limit / --every / --samples make it shorter)."""
     from ..cli_checks import require_input
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file, refuse_package_path
     from .evaluate import eval_generator
 
     require_input(model, "--model", "folder")
+    if write:  # before the work
+        refuse_package_path(model / "card.json", "--write: --model card")
     require_input(model / "model_index.json", "--model")  # a diffusers pipeline folder
     require_input(suite, "--suite")
     if grid is not None:
@@ -214,19 +239,23 @@ def _within_text(res: dict | None) -> str:
 def render_cmd(
     text: str = typer.Argument(..., help='A mini caption, e.g. "a red circle to the left of a blue square".'),
     out: Path = typer.Option(Path("mini.png"), help="PNG to write."),
-    size: int = typer.Option(32),
-    seed: int = typer.Option(0),
+    size: int = typer.Option(32, help="Image side in pixels."),
+    seed: int = typer.Option(0, help="Seed of the scene's layout (positions, sizes)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
 ) -> None:
     """Render the ground-truth image of a mini caption."""
+    import io
     import random
 
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file
+    from ..rundir import atomic_write_bytes
     from .world import parse_caption, render
 
     claim_output_file(out, force=force)
     scene = parse_caption(text, random.Random(seed))
-    render(scene, size).save(out, format="PNG")  # --out names a PNG whatever its extension
+    buf = io.BytesIO()
+    render(scene, size).save(buf, format="PNG")  # --out names a PNG whatever its extension
+    atomic_write_bytes(out, buf.getvalue())  # whole or not at all (a full disk leaves no torn PNG)
     typer.echo(f"{out}: {text}")
 
 

@@ -74,10 +74,19 @@ def _summary(right: dict[str, list[bool]], n: int, seed: int) -> dict:
 
 
 def _update_card(path: Path, key: str, value) -> None:
-    card = json.loads(path.read_text()) if path.exists() else {}
+    from ..ownership import refuse_package_path
+    from ..rundir import atomic_write_json
+    from ..safeload import read_json
+
+    refuse_package_path(path, "card")  # the shipped cards are never rewritten (issue 37)
+    card = read_json(path) if path.exists() else {}
+    if not isinstance(card, dict):
+        from ..errors import AuditError
+
+        raise AuditError(f"{path}: expected a JSON object (a card); not rewriting it")
     card[key] = value
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(card, indent=2))
+    atomic_write_json(path, card)  # whole or not at all: a full disk never leaves a torn card
 
 
 def eval_judges(judge_folder: Path | str | None, pixel_card: Path | str | None = None,
@@ -94,7 +103,7 @@ def eval_judges(judge_folder: Path | str | None, pixel_card: Path | str | None =
 
 def eval_generator(folder: Path | str, suite: Path | str, samples: int = 4, steps: int | None = None,
                    guidance: float | None = None, seed: int = 0, batch: int = 64, limit: int | None = None,
-                   write_card: bool = True, grid: Path | str | None = None, threads: int = 1,
+                   write_card: bool = False, grid: Path | str | None = None, threads: int = 1,
                    every: int = 1) -> dict:
     """Generate `samples` images per prompt of `suite` and judge them with the pixel judge:
     prompt success (all questions pass) and per-question-kind accuracy, seen vs held-out."""

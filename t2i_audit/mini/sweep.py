@@ -10,7 +10,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from ..rundir import atomic_write_text, claim_output_dir
+from ..ownership import claim_output_dir
+from ..rundir import atomic_write_text
 from .sweep_design import (ALL_PAIRS, DEFAULT_COVERAGES, DEFAULT_SEEDS, DEFAULT_WIDTHS, FIT_THRESHOLD,
                            HEADLINE_BLOCK, HEADLINE_STEP, MIN_SEEN, TARGETS, TRAINABLE_PAIRS, SweepConfig,
                            block_channels, generator_config, model_jobs, model_name, pair_key, pair_order,

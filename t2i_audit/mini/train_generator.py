@@ -7,19 +7,29 @@ dropped for classifier-free guidance; an EMA of the weights is what gets saved. 
 from the seed for a given number of steps. The output folder is a StableDiffusionPipeline
 (`DiffusionPipeline.from_pretrained(folder)`) plus `card.json`.
 
+For ``t2i-audit track`` (training checkpoints): ``checkpoint_every=N`` also writes
+``OUT/checkpoint-<step>/`` every N steps in the layout of diffusers' training examples (see
+:func:`write_checkpoint`), ``save_initial`` the untrained pipeline (step 0, the track's base) to
+``OUT_initial/``, and ``callback`` (a :class:`t2i_audit.track.TrackCallback`) audits the EMA weights
+in-process every ``callback.every`` steps. None of them changes the training: the noise, timesteps and
+scenes come from their own seeded generators.
+
     python -m t2i_audit.mini.train_generator --out t2i_audit/mini/weights/generator --minutes 80
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
 import json
 import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..rundir import atomic_write_text, claim_output_dir
+from ..ownership import claim_output_dir
+from ..rundir import atomic_write_text
 from .world import HELDOUT_PAIRS, caption, render_batch, sample_scene
 
 GRID_PROMPTS = (
@@ -138,9 +148,35 @@ def save_grid(pipe, path: Path, prompts=GRID_PROMPTS, seed: int = 0, steps: int 
     grid.save(path)
 
 
-def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=print) -> dict:
+def write_checkpoint(folder: Path, modules: dict, ema_modules: dict | None = None) -> Path:
+    """``folder`` (``OUT/checkpoint-<step>``) in the layout diffusers' training examples write: one
+    ``save_pretrained`` folder per trained model — examples/dreambooth/train_dreambooth.py
+    ``save_model_hook`` writes ``unet/`` and ``text_encoder/`` — and the EMA weights beside them as
+    examples/text_to_image/train_text_to_image.py ``save_model_hook`` writes ``unet_ema/``
+    (``EMAModel.save_pretrained``); the EMA of the text encoder, which this trainer also keeps, goes to
+    ``text_encoder_ema/`` by the same rule. Staged inside ``OUT`` and renamed into place, so a reader never
+    sees a half-written checkpoint of ours (training scripts that write in place are detected by
+    ``t2i_audit.track.discover``)."""
+    from ..rundir import staged_into
+
+    with staged_into(folder.parent) as stage:
+        tmp = stage / folder.name
+        for name, module in modules.items():
+            module.save_pretrained(str(tmp / name), safe_serialization=True)
+        for name, module in (ema_modules or {}).items():
+            module.save_pretrained(str(tmp / f"{name}_ema"), safe_serialization=True)
+    return folder
+
+
+def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=print, *,
+                    checkpoint_every: int | None = None, save_initial: bool = False, callback=None) -> dict:
     """Train and save the pipeline folder at `out` (checkpointed every
-    `checkpoint_minutes`); returns the card dict (also written to out/card.json)."""
+    `checkpoint_minutes`); returns the card dict (also written to out/card.json).
+
+    ``checkpoint_every``: also write ``out/checkpoint-<step>/`` every that many steps (raw and EMA
+    weights, :func:`write_checkpoint`); ``save_initial``: the untrained pipeline to ``out_initial/``;
+    ``callback``: called as ``callback(step, pipeline=pipe)`` with the EMA weights every
+    ``callback.every`` steps (and at step 0), in-process."""
     import torch
 
     from .components import (DEFAULT_GUIDANCE, DEFAULT_STEPS, SCHEDULER_KW, build_text_encoder,
@@ -154,8 +190,11 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
         raise ValueError(f"prediction_type {cfg.prediction_type!r}: one of {', '.join(PREDICTION_TYPES)}")
     if cfg.lr_schedule not in LR_SCHEDULES or (cfg.lr_schedule == "cosine" and cfg.steps is None):
         raise ValueError(f"lr_schedule {cfg.lr_schedule!r}: one of {', '.join(LR_SCHEDULES)} (cosine needs steps)")
+    if checkpoint_every is not None and checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every {checkpoint_every}: must be at least 1")
     out = claim_output_dir(out, "mini-generator")  # before training: refuse a folder that is not ours at once
     samples = claim_output_dir(out.parent / f"{out.name}_samples", "mini-samples")
+    initial = claim_output_dir(out.parent / f"{out.name}_initial", "mini-generator") if save_initial else None
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -178,14 +217,28 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
     step, losses = 0, []
     card = {}
 
-    def checkpoint(final: bool) -> dict:
-        ema.swap()
-        unet.eval()
-        text_encoder.eval()
+    def ema_pipeline():
         pipe = make_pipeline(unet, text_encoder, tokenizer)
         if cfg.prediction_type != pipe.scheduler.config.prediction_type:
             pipe.scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config, prediction_type=cfg.prediction_type)
         pipe.set_progress_bar_config(disable=True)
+        return pipe
+
+    @contextlib.contextmanager
+    def ema_weights():
+        """The EMA weights in the modules (eval mode) for the block's duration, the trained ones after."""
+        ema.swap()
+        unet.eval()
+        text_encoder.eval()
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            ema.swap()
+            unet.train()
+            text_encoder.train()
+
+    def checkpoint(final: bool, folder: Path = out, grid: bool = True) -> dict:
         info = {
             "kind": "mini-generator", "pipeline": "StableDiffusionPipeline", "seed": cfg.seed, "steps": step,
             "final": final, "wall_seconds": round(time.time() - t_start, 1),
@@ -200,15 +253,31 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
                            "text_encoder": sum(p.numel() for p in text_encoder.parameters())},
             "training_data": "fresh renders from t2i_audit.mini.world.sample_scene, excluding heldout_pairs",
         }
-        with torch.no_grad():
-            save_pipeline(pipe, out)
-            atomic_write_text(out / "card.json", json.dumps(info, indent=2))
-            save_grid(pipe, samples / f"grid_{step:06d}.png")
-        ema.swap()
-        unet.train()
-        text_encoder.train()
-        log(f"checkpoint step {step} -> {out}")
+        with ema_weights():
+            pipe = ema_pipeline()
+            save_pipeline(pipe, folder)
+            atomic_write_text(folder / "card.json", json.dumps(info, indent=2))
+            if grid:
+                save_grid(pipe, samples / f"grid_{step:06d}.png")
+        log(f"checkpoint step {step} -> {folder}")
         return info
+
+    def step_hooks() -> None:
+        """What runs after a step (and before the first): diffusers-layout checkpoints, the audit callback."""
+        if checkpoint_every and step and step % checkpoint_every == 0:
+            live = {"unet": unet, "text_encoder": text_encoder}
+            with torch.no_grad():
+                raw = {k: copy.deepcopy(m) for k, m in live.items()}  # the trained weights, before the EMA swap
+            with ema_weights():  # ``live`` holds the EMA weights here
+                write_checkpoint(out / f"checkpoint-{step}", raw, ema_modules=live)
+            log(f"checkpoint-{step} -> {out}")
+        if callback is not None and step % callback.every == 0:
+            with ema_weights():
+                callback(step, pipeline=ema_pipeline())
+
+    if initial is not None:
+        checkpoint(final=True, folder=initial, grid=False)  # step 0: the untrained pipeline, the track's base
+    step_hooks()
 
     while True:
         elapsed = (time.time() - t_start) / 60
@@ -240,6 +309,7 @@ def train_generator(out: Path | str, config: GeneratorConfig | None = None, log=
         losses.append(loss.item())
         if step % 25 == 0:
             log(f"step {step} loss {sum(losses[-25:]) / 25:.4f} wall {time.time() - t_start:.0f}s")
+        step_hooks()
         if time.time() - last_ckpt > cfg.checkpoint_minutes * 60:
             card = checkpoint(final=False)
             last_ckpt = time.time()

@@ -21,7 +21,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..rundir import claim_output_dir, staged_into
+from ..ownership import claim_output_dir
+from ..rundir import staged_into
 from .descriptions import holds, negative_desc, positive_desc
 from .world import render_batch, sample_scene
 

@@ -62,12 +62,12 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
 
 
 def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu", force: bool = False,
-                     limit: int | None = None) -> list[dict]:
+                     limit: int | None = None, variant=None) -> list[dict]:
     """Rank never-generated prompts by the failure risk the probe fitted on ``from_run`` predicts
     (an existing ``out_path`` is replaced only with ``force``; ``limit``: a balanced subset of N prompts)."""
     from .predict import predict_failures as _predict
 
-    return _predict(model, suite_path, from_run, out_path, device=device, force=force, limit=limit)
+    return _predict(model, suite_path, from_run, out_path, device=device, force=force, limit=limit, variant=variant)
 
 
 __all__ = ["run_probe_stage", "predict_failures"]

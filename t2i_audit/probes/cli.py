@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import AuditError
+from ..variants import COMPONENT_HELP, LORA_HELP, RUN_VARIANT_NOTE
 
 
 def _run_model(run: Path) -> str | None:
@@ -44,6 +45,13 @@ def _from_folder(path: Path, *, run: bool) -> Path:
     return path
 
 
+def _variant(run: Path, model: str | None, lora: list[str] | None, component: list[str] | None):
+    """The LoRAs / components of the run a command works on (run.yaml), the command line's checked against them."""
+    from ..variants import component_options, for_run
+
+    return for_run(run, model, lora, component_options(component))
+
+
 def _int_list(text: str | None, option: str) -> list[int] | None:
     if text is None:
         return None
@@ -59,8 +67,8 @@ def probe(
     scorer: Optional[str] = typer.Option(None, "--scorer", help="Scorer whose verdicts define success; default: all in scores/."),
     layers: str = typer.Option("all", "--layers", help="all | last | conditioning (the layer the pipeline feeds its denoiser) | comma list of indices (negative ok) or names (h03, final, pooled)."),
     poolings: str = typer.Option("eos,mean,slot", "--poolings", help="Comma list of eos, mean, slot."),
-    seed: int = typer.Option(0, "--seed"),
-    device: str = typer.Option("cpu", "--device"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the folds, bootstrap and permutations."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N | mps: where activations are extracted."),
     denoiser: bool = typer.Option(False, "--denoiser/--no-denoiser", help="Also hook the UNet/transformer blocks (runs the pipeline)."),
     timesteps: Optional[str] = typer.Option(None, "--timesteps", help="Denoiser steps to hook, e.g. 0,10,-1 (default: first, middle, last)."),
     folds: int = typer.Option(5, "--folds", help="Grouped cross-validation folds."),
@@ -72,6 +80,8 @@ def probe(
                                "(cross-attention maps, pooled blocks) beside the prompt-only, text-encoder and "
                                "x0-preview references; writes probes/early.json and probes/early_probes.json."),
     at: str = typer.Option("0.1,0.2", "--at", help="With --early: fractions of the steps to read (e.g. 0.1,0.2,0.5)."),
+    lora: Optional[list[str]] = typer.Option(None, "--lora", help=LORA_HELP + RUN_VARIANT_NOTE),
+    component: Optional[list[str]] = typer.Option(None, "--component", help=COMPONENT_HELP + RUN_VARIANT_NOTE),
 ) -> None:
     """Linear probes: constituent decodability, failure prediction vs baseline, decodability ↔ success."""
     from ..ownership import require_kind
@@ -81,14 +91,16 @@ def probe(
     model = model or _run_model(run)
     if not model:
         raise AuditError(f"{run}: the run does not record its model; pass --model")
+    variant = _variant(run, model, lora, component)  # the run's LoRAs / components, as its images were made
     if early:
-        _early(run, model, scorer=scorer, device=device, at=at, n_boot=bootstrap, seed=seed, quiet=quiet)
+        _early(run, model, scorer=scorer, device=device, at=at, n_boot=bootstrap, seed=seed, quiet=quiet,
+               variant=variant)
         return
     res = run_probe_stage(run, model=model, scorer=scorer, layers=layers,
                           poolings=tuple(p.strip() for p in poolings.split(",") if p.strip()),
                           seed=seed, device=device, denoiser=denoiser, progress=not quiet, n_splits=folds,
                           n_boot=bootstrap, timesteps=_int_list(timesteps, "--timesteps"),
-                          probe_backend=probe_backend)
+                          probe_backend=probe_backend, variant=variant)
     if not res:  # another accelerate process: it extracted its share, the main one reports
         return
     fp = res.get("failure_prediction", {})
@@ -119,7 +131,7 @@ def predict(
     out: Optional[Path] = typer.Option(None, "--out", help="Ranking JSONL; default <prompts stem>.risk.jsonl."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Keep a balanced, deterministic subset of N "
                                         "prompts (the one `run --limit N` takes at its default --seed 0)."),
-    device: str = typer.Option("cpu", "--device"),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N | mps: where the text encoder runs."),
     top: int = typer.Option(10, "--top", help="How many of the riskiest to print."),
     early: bool = typer.Option(False, "--early", help="Per image: run --of seeds of each prompt to --at and rank "
                                "(prompt, seed) by the per-image probe of `probe --early` (probes/early_probes.json)."),
@@ -131,6 +143,10 @@ def predict(
                                     "generated for the same prompt (its probe was fitted on those images)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines (--early's scan)."),
+    lora: Optional[list[str]] = typer.Option(None, "--lora", help=LORA_HELP + " Default: the --from run's; "
+                                             "another is refused."),
+    component: Optional[list[str]] = typer.Option(None, "--component", help=COMPONENT_HELP + " Default: the "
+                                                  "--from run's; another is refused."),
 ) -> None:
     """Rank never-generated prompts (or, with --early, their seeds) by predicted failure risk, using a run's fitted probe."""
     from ..cli_checks import require_suite
@@ -139,9 +155,10 @@ def predict(
     require_suite(prompts)  # before --from's probe is read: each input named on its own
     _from_folder(from_run, run=False)
     out = out or prompts.with_name(prompts.stem + ".risk.jsonl")
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file
 
     claim_output_file(out, force=force)  # before any work, --early too: never replace a file unasked
+    variant = _variant(from_run, model, lora, component)  # the probe was fitted on the --from run's variant
     if early:
         from .predict import load_prompts
         from ..select import freshness
@@ -152,13 +169,14 @@ def predict(
         base = freshness.fresh_base_seed(from_run, records, of) if seed is None else seed
         freshness.check(from_run, records, of, base, allow_seen=allow_seen)
         ranked = sorted(scan_only(model, records, from_run, out, n_of=of, at=at, seed=base, device=device,
-                                  progress=not quiet),
+                                  progress=not quiet, variant=variant),
                         key=lambda r: -r["risk"])
         for r in ranked[:top]:
             typer.echo(f"{r['risk']:.3f}  seed {r['seed']}  {r['text']}")
         typer.echo(f"{len(ranked)} (prompt, seed) pairs scored -> {out}")
         return
-    ranked = predict_failures(model, prompts, from_run, out, device=device, force=force, limit=limit)
+    ranked = predict_failures(model, prompts, from_run, out, device=device, force=force, limit=limit,
+                              variant=variant)
     for r in ranked[:top]:
         typer.echo(f"{r['rank']:>4}  {r['risk']:.3f}  {r['text']}")
     typer.echo(f"{len(ranked)} prompts ranked -> {out}")
@@ -174,11 +192,12 @@ def _fractions(text: str) -> list[float]:
     return out
 
 
-def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet) -> None:
+def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet, variant=None) -> None:
+    from .capture.early import step_label
     from .early_stage import run_early_stage
 
     res = run_early_stage(run, model=model, device=device, fractions=_fractions(at), scorer=scorer,
-                          n_boot=n_boot, seed=seed, progress=not quiet)
+                          n_boot=n_boot, seed=seed, progress=not quiet, variant=variant)
     if not res:
         return
     typer.echo(f"per-image probes written to {Path(run) / 'probes' / 'early.json'}")
@@ -190,7 +209,8 @@ def _early(run: Path, model: str, *, scorer, device, at, n_boot, seed, quiet) ->
         for tag, st in r["steps"].items():
             c = st["families"]["probe"]["compositions"]
             refs = ", ".join(f"{k} {_auroc(v['auroc'])}" for k, v in c["references"].items())
-            typer.echo(f"  {cat} after {st['iterations']}/{res['loop_steps']} steps: AUROC {_auroc(c['auroc'], ci=True)}"
+            typer.echo(f"  {cat} {step_label(st['iterations'] - 1, res['loop_steps'])}: AUROC "
+                       f"{_auroc(c['auroc'], ci=True)}"
                        f"{'; ' + refs if refs else ''}")
             why = c["auroc"].get("too_few")
             if why and why != said:  # the same rows at every step: say it once
@@ -236,10 +256,14 @@ def select(
     bootstrap: int = typer.Option(2000, "--bootstrap", help="With --study: bootstrap resamples (prompt groups) for CIs."),
     shuffles: int = typer.Option(20, "--shuffles", min=1, help="With --study: label shuffles of the permutation "
                                  "control (each a probe fit): its null distribution."),
-    batch_size: int = typer.Option(4, "--batch-size"),
-    device: str = typer.Option("auto", "--device"),
+    batch_size: int = typer.Option(4, "--batch-size", help="Images denoised at once."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cuda:N | mps | cpu"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
+    lora: Optional[list[str]] = typer.Option(None, "--lora", help=LORA_HELP + " Default: the --from run's; "
+                                             "another is refused."),
+    component: Optional[list[str]] = typer.Option(None, "--component", help=COMPONENT_HELP + " Default: the "
+                                                  "--from run's; another is refused."),
 ) -> None:
     """Seed selection: scan N seeds of each prompt to an early step, finish the K the per-image probe likes."""
     from ..api import make_config
@@ -253,15 +277,22 @@ def select(
 
         check_claimable(out, "run", command="select")
     _from_folder(from_run, run=True)
-    if study:
-        _study(from_run, binding=binding, device=device, quiet=quiet, n_boot=bootstrap, n_perm=shuffles)
+    if study:  # probes/ of the --from run are written: locked while this command writes them
+        from ..ownership import require_kind
+
+        require_kind(from_run, "run")
+        _study(from_run, binding=binding, device=device, quiet=quiet, n_boot=bootstrap, n_perm=shuffles,
+               variant=_variant(from_run, model, lora, component))
         return
     model = model or _run_model(from_run)
     if not model:
         raise AuditError(f"--from {from_run}: the run does not record its model; pass --model")
     paths = [str(p) for p in prompts] if prompts else [str(Path(from_run) / "prompts.jsonl")]
+    # the --from run's LoRAs / components: its probes were fitted on that model's images
+    variant = _variant(from_run, model, lora, component).as_config()
     cfg = make_config({"model": model, "prompts": paths, "seed": seed or 0, "batch_size": batch_size,
-                       "device": device, "limit": limit, "out": str(out) if out else None}, "select options")
+                       "device": device, "limit": limit, "out": str(out) if out else None, **variant},
+                      "select options")
     if budget is not None:
         from ..select.budget import budget_select_run
 
@@ -293,15 +324,17 @@ def select(
 def _expanded(cfg) -> list[dict]:
     from ..api import expand_suites
 
-    return expand_suites(cfg.prompts, cfg.limit, cfg.seed)
+    return expand_suites(cfg.prompts, cfg.limit, 0)  # as select_run: the subset `run --limit N` takes
 
 
-def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: int = 2000, n_perm: int = 20) -> None:
+def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: int = 2000, n_perm: int = 20,
+           variant=None) -> None:
     from .studies import pareto
 
     # measured by benchmarks/bench_selection_costs.py (seconds per loop iteration, decode, judge call on the
     # machine it names); package data through a link, so an installed t2i-audit has it too
     costs = Path(__file__).resolve().parents[1] / "data" / "selection_costs.json"
+    pareto.preflight(from_run)  # one seed per prompt, or no category with the minimum: refused before any capture
     if binding:
         from ..rundir import RunDir
         from .capture.early import load_early
@@ -312,12 +345,13 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
         _, _, meta = load_early(rd)
         model = _run_model(from_run)
         trajectory.extract(rd, model, fractions=meta["fractions"], device="cpu" if device == "auto" else device,
-                           progress=not quiet)
+                           progress=not quiet, variant=variant)
         binding_study.run(rd, n_boot=min(n_boot, 1000), progress=not quiet)
         typer.echo(f"binding study written to {rd.probes_dir / 'binding.json'}")
     res = pareto.run(from_run, n_boot=n_boot, costs_file=costs if costs.exists() else None, progress=not quiet,
                      n_perm=n_perm)
-    typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'}")
+    typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'} (a policy's \"step k\" "
+               f"is k of the {res['loop_steps']} loop iterations, as `probe --early` counts them)")
     for cat, r in res["categories"].items():
         if "skipped" in r:
             typer.echo(f"  {cat}: skipped ({r['skipped']})")

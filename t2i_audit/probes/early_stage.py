@@ -16,10 +16,12 @@ import numpy as np
 
 from .. import stats
 from ..errors import AuditError
+from ..records import check_run
+from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from ..scenes import prompt_groups
-from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
 from .fit import per_image
-from .capture.early import DEFAULT_FRACTIONS, extract_early_features, load_early
+from .stage import PROBE_READS
+from .capture.early import DEFAULT_FRACTIONS, extract_early_features, load_early, step_label
 from .fit.linear import grouped_folds, onehot_constituents
 
 
@@ -32,7 +34,7 @@ def image_verdicts(rd: RunDir, prompts: Sequence[dict], scorer: str | None = Non
     cat_of = {p["id"]: p.get("category") for p in prompts}
     verdicts, others = {}, {}
     for path in sorted(rd.scores_dir.glob("*.jsonl")) if rd.scores_dir.exists() else []:
-        for r in read_jsonl(path):
+        for r in rd.read_scores(path):
             if r.get("kind") != "prompt" or r.get("verdict") is None:
                 continue
             key = (r["prompt_id"], int(r.get("sample", 0)))
@@ -64,6 +66,7 @@ def _text_reference(rd: RunDir, prompt_ids: Sequence[str]) -> np.ndarray | None:
     return None
 
 
+MIN_GROUPS = 3  # twin groups a category needs: grouped folds with a composition on each side, and a held-out one
 SEEDS_ABSENT = ("one image per prompt: the held-out-seeds evaluation trains on the first half of each prompt's "
                 "samples and tests on the second half; make 2 or more per prompt (-n 2)")
 
@@ -99,9 +102,11 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
         # folds and bootstrap clusters: prompts showing one scene, and swap twins, never split (scenes.prompt_groups)
         group_of = np.array(prompt_groups([recs[i] for i in idx]))
         n_groups = len(set(group_of.tolist()))
-        if n_groups < 3 or len(np.unique(failed[idx])) < 2:
-            out["categories"][cat] = {"skipped": f"{len(idx)} labelled images of {n_groups} twin groups, failure rate "
-                                                 f"{failed[idx].mean() if len(idx) else float('nan'):.2f}"}
+        if n_groups < MIN_GROUPS or len(np.unique(failed[idx])) < 2:
+            rate = f"failure rate {failed[idx].mean():.2f}" if len(idx) else "none judged"
+            out["categories"][cat] = {"skipped": f"{len(idx)} labelled images of {n_groups} twin groups, {rate}; a "
+                                                 f"category needs ≥ {MIN_GROUPS} twin groups with both a passing and "
+                                                 "a failing image"}
             continue
         y, groups, clusters = failed[idx], group_of, group_of
         folds = grouped_folds(groups, n_splits, seed)
@@ -151,7 +156,7 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
                                                 "families": per_step}
             if progress:
                 a = per_step["probe"]["compositions"]["auroc"]
-                print(f"[early] {cat} step {step + 1}/{meta['loop_steps']}: probe AUROC "
+                print(f"[early] {cat} {step_label(step, meta['loop_steps'])}: probe AUROC "
                       f"{stats.shown(a['auroc'], a.get('too_few'))} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
         out["categories"][cat] = res_cat
     out["seconds"] = round(time.perf_counter() - t0, 1)
@@ -180,14 +185,15 @@ def _by_type(idx, ftypes, y, risk, clusters, n_boot, seed) -> dict:
 
 def run_early_stage(run_dir, *, model: str, device: str = "cpu", fractions: Sequence[float] = DEFAULT_FRACTIONS,
                     scorer: str | None = None, previews: bool = True, n_boot: int = 1000, seed: int = 0,
-                    n_splits: int = 5, progress: bool = True, state=None) -> dict:
+                    n_splits: int = 5, progress: bool = True, state=None, variant=None) -> dict:
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     kept = f"{rd.probes_dir / 'early_probes.json'} is left as it was"
     if not (rd.scores_dir.is_dir() and any(rd.scores_dir.glob("*.jsonl"))):  # before the replay's work
         raise AuditError(f"{rd.scores_dir}: no scores; the per-image probes learn from each image's verdict — run "
                          f"`t2i-audit score {rd.root}` first ({kept})")
+    check_run(rd.root, PROBE_READS)  # before the replay: a damaged record is refused, nothing written
     meta = extract_early_features(rd, model, device=device, fractions=fractions, previews=previews,
-                                  progress=progress, state=state)
+                                  progress=progress, state=state, variant=variant)
     if not meta:  # a non-main process
         return {}
     result, exported, risks = study(rd, scorer=scorer, n_splits=n_splits, n_boot=n_boot, seed=seed,
@@ -196,6 +202,11 @@ def run_early_stage(run_dir, *, model: str, device: str = "cpu", fractions: Sequ
         raise AuditError(f"{rd.scores_dir}: no image has a verdict from the scorer deciding its category "
                          f"({', '.join(f'{c}: {n}' for c, n in sorted(result['labels_from'].items())) or 'none'}); "
                          f"score the run with it (`t2i-audit score {rd.root}`) or pass --scorer ({kept})")
+    if all("skipped" in r for r in result["categories"].values()):  # an empty study never replaces fitted probes
+        raise AuditError(f"{rd.root}: no category can be studied per image — " + "; ".join(
+            f"{c}: {r['skipped']}" for c, r in sorted(result["categories"].items())) + ". Make more prompts (a larger "
+            "--limit, or none) or more seeds (-n 4) with the command that made the run (it extends the run), then "
+            f"rerun this command; the early features made are kept ({kept})")
     result["features"] = {"key": meta["key"], "denoiser_iterations": meta["denoiser_iterations"],
                           "x0_judges": meta.get("x0_judges")}
     exported.update(model=model, key=meta["key"], settings=meta["settings"])

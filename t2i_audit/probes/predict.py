@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_jsonl, claim_output_file, read_jsonl
+from ..ownership import claim_output_file
+from ..rundir import RunDir, atomic_write_jsonl, read_jsonl
 from .capture.activations import encoder_fingerprint, resolve_text_encoders
 
 
@@ -47,7 +48,8 @@ def load_probe(from_run) -> dict:
 
 
 def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu",
-                     batch_size: int = 32, force: bool = False, limit: int | None = None) -> list[dict]:
+                     batch_size: int = 32, force: bool = False, limit: int | None = None, variant=None) -> list[dict]:
+    """``variant``: the LoRAs / components the --from run was made with (t2i_audit.variants.for_run)."""
     claim_output_file(out_path, force=force)  # before any work: an existing file is replaced only with force
     from_run = from_run.root if isinstance(from_run, RunDir) else Path(from_run)
     probe = load_probe(from_run)
@@ -56,7 +58,7 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     if enc is None:
         raise AuditError(f"--model {model!r} has no text encoder {probe['encoder']!r}, which the probe "
                          f"in {from_run} was fitted on")
-    if encoder_fingerprint(info["path"], enc, info["revision"]) != probe["fingerprint"]:
+    if encoder_fingerprint(info["path"], enc, info["revision"], variant) != probe["fingerprint"]:
         raise AuditError(f"--model {model!r}: its {probe['encoder']} differs from the one the probe in "
                          f"{from_run} was fitted on (model {probe.get('model')!r}); use the same model")
     prompts = load_prompts(suite_path, limit)
@@ -65,10 +67,10 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
     from ..models import resolve_model
     from .capture.pipeline_text import PipelineTextEncoder, load_text_pipeline
 
-    card = resolve_model(model)
+    card = resolve_model(model).with_variant(variant)
     dtype = "float32" if device == "cpu" else card.defaults.get("dtype", "float32")
     pipe = load_text_pipeline(info["path"], revision=info["revision"], variant=card.variant, device=device,
-                              dtype=dtype, components=card.load_components(dtype, text_only=True))
+                              dtype=dtype, components=card.load_components(dtype, text_only=True), card=card)
     encoder = PipelineTextEncoder(pipe, card.call)
     pooling = probe["pooling"]
     key = f"{probe['layer']}__{pooling}"

@@ -26,24 +26,16 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from ..errors import AuditError
+from ..records import MAX_LISTED, Finite, Name, Positive, Probability, key_path
+from ..records import Strict as _Strict
 from ..safeload import read_json
 
-Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-Positive = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)]
-Probability = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)]
-Name = Annotated[str, Field(strict=True, min_length=1)]
 SLOT_POOLING = re.compile(r"slot-[A-Za-z0-9_]+")
 LAYER = re.compile(r"h\d{2,}|final|pooled|cond")  # pipeline_text.layer_tensors' names
 STEP_TAG = re.compile(r"t(\d{3})")
-MAX_LISTED = 5  # problems named in one error; the rest are counted
-
-
-class _Strict(BaseModel):
-    # extra keys are allowed: a newer version may store more; what a reader uses is checked
-    model_config = ConfigDict(strict=True, extra="allow")
 
 
 def _same_lengths(model: BaseModel, names: tuple[str, ...]) -> None:
@@ -146,13 +138,6 @@ class EarlyProbes(_Strict):
         return self
 
 
-def _key_path(loc) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "<root>"
-
-
 def _load(path: Path, schema: type[BaseModel], refit: str) -> dict:
     data = read_json(path, finite=False)  # unreadable JSON: located by safeload; NaN/inf: named by key below
     if not isinstance(data, dict):
@@ -161,7 +146,7 @@ def _load(path: Path, schema: type[BaseModel], refit: str) -> dict:
         schema.model_validate(data)
     except ValidationError as e:
         errs = e.errors(include_url=False)
-        lines = [f"{_key_path(err['loc'])}: {err['msg'].removeprefix('Value error, ')}" for err in errs[:MAX_LISTED]]
+        lines = [f"{key_path(err['loc'])}: {err['msg'].removeprefix('Value error, ')}" for err in errs[:MAX_LISTED]]
         more = f" (and {len(errs) - MAX_LISTED} more)" if len(errs) > MAX_LISTED else ""
         raise AuditError(f"{path}: damaged fitted probe: {'; '.join(lines)}{more}; {refit}") from None
     return data  # the plain dict (its readers index it), now known to be sound

@@ -13,8 +13,9 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import AuditError
+from ..records import check_run
+from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from ..scenes import prompt_groups
-from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl, read_jsonl
 from .fit import linear
 from .capture.activations import load_activations, load_array
 
@@ -49,7 +50,7 @@ def success_rates(rd: RunDir, scorer: str | None = None, *,
     votes: dict[str, list[float]] = {}
     for name in used:
         path = rd.scores(name)
-        for r in read_jsonl(path) if path.exists() else []:
+        for r in rd.read_scores(path):
             if (r.get("kind") == "prompt" and r.get("verdict") is not None
                     and by_cat.get(cat_of.get(r["prompt_id"])) == name):
                 votes.setdefault(r["prompt_id"], []).append(float(bool(r["verdict"])))
@@ -241,15 +242,6 @@ def _summarize(dec, fail, corr, *, scorers, n_labelled, probe_file, seconds) -> 
     return out
 
 
-def _read_summary(rd: RunDir) -> dict:
-    if not rd.summary.exists():
-        return {}
-    try:
-        return json.loads(rd.summary.read_text())
-    except json.JSONDecodeError as e:
-        raise AuditError(f"{rd.summary}: corrupted summary ({e.msg})") from None
-
-
 def _fit_key(rd: RunDir, metas: dict, encoders, **settings) -> str:
     """Hash of everything the fits depend on: activations, score files, settings."""
     h = hashlib.sha1(json.dumps([{k: v.get("key") for k, v in metas.items()}, list(encoders), settings],
@@ -263,11 +255,13 @@ def _fit_key(rd: RunDir, metas: dict, encoders, **settings) -> str:
     return h.hexdigest()[:16]
 
 
+# the run's records the probe stage reads (labels: scores and calibration; the summary it rewrites)
+PROBE_READS = ("manifest", "summary", "scores", "calibration", "images", "activation-index")
+
+
 def write_summary(rd: RunDir, probes: dict) -> None:
-    """Read-modify-write summary.json, touching only the "probes" key."""
-    summary = _read_summary(rd)
-    summary["probes"] = probes
-    atomic_write_json(rd.summary, summary)
+    """Read-modify-write summary.json, touching only the "probes" key (under the writer lock)."""
+    rd.update_summary("probes", probes)
 
 
 def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: str = "all",
@@ -275,9 +269,10 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
                     denoiser: bool = False, progress: bool = True, n_splits: int = 5,
                     n_boot: int = 1000, batch_size: int = 32,
                     timesteps: Sequence[int] | None = None, probe_backend: str = linear.DEFAULT_BACKEND,
-                    state=None) -> dict:
+                    state=None, variant=None) -> dict:
     """Extraction on every Accelerate process (each its share of chunks, on its own device), then
-    fitting and summary on the main process, which alone returns the probes (``{}`` elsewhere)."""
+    fitting and summary on the main process, which alone returns the probes (``{}`` elsewhere).
+    ``variant``: the run's LoRAs / replaced components (t2i_audit.variants), applied to ``model``."""
     from ..processes import process_state, rank_device, share_cpu
     from .capture.activations import extract_text_activations
 
@@ -288,6 +283,7 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
     prompts = rd.read_prompts()
     if not prompts:
         raise AuditError(f"{rd.prompts}: no prompts")
+    check_run(rd.root, PROBE_READS)  # before the extraction: a damaged record is refused, nothing written
     t0 = time.perf_counter()
     share_cpu(state, device)
     if state.is_main_process:
@@ -296,21 +292,21 @@ def run_probe_stage(run_dir, *, model: str, scorer: str | None = None, layers: s
         poolings = tuple(p.strip() for p in poolings.split(",") if p.strip())
     metas = extract_text_activations(prompts, rd.activations_dir, model, layers=layers,
                                      poolings=poolings, device=rank_device(state, device), batch_size=batch_size,
-                                     progress=progress, state=state)
+                                     progress=progress, state=state, variant=variant)
     t_extract = time.perf_counter() - t0
     encoders = list(metas)
     if denoiser:
         from .capture.denoiser import extract_denoiser_activations
 
         extract_denoiser_activations(rd, model, device=rank_device(state, device), timesteps=timesteps,
-                                     progress=progress, state=state)
+                                     progress=progress, state=state, variant=variant)
         encoders.append("denoiser")
     if not state.is_main_process:  # fitting is batched in torch and fast: the main process alone
         return {}
     labels = {str(c): d.get("scorer") for c, d in label_scorers(rd, prompts, scorer).items()}
     fit_key = _fit_key(rd, metas, encoders, scorer=scorer, labels=labels, seed=seed, n_splits=n_splits,
                        n_boot=n_boot, backend=probe_backend)
-    old = _read_summary(rd).get("probes") or {}
+    old = rd.read_summary().get("probes") or {}
     if old.get("fit_key") == fit_key and all((rd.root / f).exists() for f in old.get("files", [])):
         rd.update_stage("probe", status="done", n_prompts=len(prompts), encoders=encoders,
                         seconds=round(time.perf_counter() - t0, 2), scorers=old.get("scorers"), reused=True)

@@ -1,6 +1,6 @@
 """Reports: one run (:func:`render_report`) and models side by side (:func:`compare_runs`).
 
-Both render from files only (never import torch) into a self-contained folder: one
+Both render from files only (never import torch) into one folder that opens offline as it is: one
 ``index.html`` with CSS/JS inlined, ``thumbs/`` (JPEGs keyed by image sha256, made once and
 reused), and machine-readable tables beside it (Parquet + CSV).
 
@@ -16,11 +16,13 @@ Run report outputs (``RUN/report/`` unless ``out_dir``):
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
-from ..rundir import RunDir, atomic_write_json, atomic_write_text, claim_output_dir, require_kind
+from ..ownership import claim_output_dir, require_kind
+from ..rundir import RunDir, atomic_write_text
 
 __all__ = ["render_report", "compare_runs", "update_summary_key"]
 
@@ -31,18 +33,8 @@ def _log(progress: bool, msg: str) -> None:
 
 
 def update_summary_key(rd: RunDir, key: str, value) -> None:
-    """Set one top-level key of summary.json, keeping every other key as it is on disk now."""
-    import json
-
-    current = {}
-    if rd.summary.exists():
-        try:
-            current = json.loads(rd.summary.read_text())
-        except json.JSONDecodeError:
-            from ..errors import AuditError
-            raise AuditError(f"{rd.summary}: corrupted summary.json; not overwriting it") from None
-    current[key] = value
-    atomic_write_json(rd.summary, current)
+    """Set one top-level key of summary.json, keeping every other key as it is on disk now (under the lock)."""
+    rd.update_summary(key, value)
 
 
 def _summary_payload(ctx: dict, data, out: Path, rd: RunDir, table: dict, seconds: float, thumbs) -> dict:
@@ -57,14 +49,19 @@ def _summary_payload(ctx: dict, data, out: Path, rd: RunDir, table: dict, second
         index = rd.rel(out / "index.html")
     except ValueError:
         index = str(out / "index.html")
+    from ..variants.labels import label_of
+
     return {
-        "index": index, "scorer": data.scorer, "scorers": sorted(data.scorers),
+        "index": index, "model": data.model, "variant": label_of(data.adapted) or None,  # a LoRA run says so
+        "scorer": data.scorer, "scorers": sorted(data.scorers),
         "deciding": {str(c): {k: d.get(k) for k in ("scorer", "source", "agreement", "why")}
                      for c, d in data.deciding.items()},
         "images": ctx["n_images"], "scored": ctx["n_scored"], "flagged": ctx["n_flagged"],
         "overall": clean(h["overall"]) if h else None,
         "by_category": {c["category"]: clean(c) for c in h["categories"]} if h else {},
         "by_template": {t["template"]: clean(t) for c in h["categories"] for t in c["templates"]} if h else {},
+        "by_split": {str(s["split"]): clean(s) for s in h["splits"]} if h else {},  # seen vs held-out compositions
+        "random_weights": ctx.get("random_weights"),
         "failure_types": fails,
         "scorer_agreement": [{"a": p["a"], "b": p["b"], "image_rate": p["image"]["rate"],
                               "image_kappa": p["image"]["kappa"], "question_rate": p["question"]["rate"],
@@ -89,10 +86,14 @@ def render_report(run_dir, *, out_dir=None, progress: bool = True, scorer: str |
     t0 = time.perf_counter()
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     data = load_run(rd, scorer)
+    rd.read_summary()  # checked before anything is written: it is rewritten last, page and summary must agree
     require_kind(rd.root, "run")  # summary.json and the manifest are written there too
-    # RUN/report is part of the run; a folder of the user's choice must be new, empty or a report
-    out = claim_output_dir(out_dir, "report") if out_dir is not None else rd.report_dir
-    out.mkdir(parents=True, exist_ok=True)
+    # RUN/report is part of the run; a folder of the user's choice must be new, empty, or a report of this run
+    # (claimed like a run folder: another run's report is not replaced, a folder inside another run refused)
+    out = rd.report_dir if out_dir is None else Path(out_dir)
+    own = os.path.realpath(out).startswith(os.path.realpath(rd.root) + os.sep)
+    claim_output_dir(out, "report", within=rd.root,
+                     settings=None if own else {"run": os.path.realpath(rd.root)})
     _log(progress, f"{len(data.prompts)} prompts, {len(data.images)} images, scorers: "
                    f"{', '.join(sorted(data.scorers)) or 'none'}")
     thumbs = Thumbs(out)

@@ -23,7 +23,8 @@ import pandas as pd
 from .. import analysis
 from .. import deciding as rule
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_json, atomic_write_text, claim_output_dir
+from ..ownership import claim_output_dir
+from ..rundir import RunDir, atomic_write_json, atomic_write_text
 from ..scenes import prompt_groups
 from .html import render, static_assets
 from .tables import choose_scorer, decided_by_category, load_run, write_tables
@@ -35,7 +36,7 @@ DISAGREE_MAX = 200
 
 
 def _labels(runs) -> list[str]:
-    labels = [r.model for r in runs]
+    labels = [r.label for r in runs]  # the model with its variant: a base and a LoRA run never read alike
     out = [f"{lab} ({r.rd.root.name})" if labels.count(lab) > 1 else lab for lab, r in zip(labels, runs)]
     return [f"{lab} #{i + 1}" if out.count(lab) > 1 else lab for i, lab in enumerate(out)]
 
@@ -92,11 +93,30 @@ def _keyed(run, by_text: bool) -> dict:
     return out
 
 
+def _distinct(run_dirs: list) -> None:
+    """One run given twice (or under two names) would compare a model with itself: every difference 0."""
+    seen: dict[str, object] = {}
+    for d in run_dirs:
+        key = os.path.realpath(d)
+        if key in seen:
+            same = "" if str(seen[key]) == str(d) else f" (the same folder as {seen[key]})"
+            raise AuditError(f"{d}: given twice{same}; compare needs two or more different runs")
+        seen[key] = d
+
+
 def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
             scorer: str | None = None, seed: int = 0) -> Path:
+    return compare_with_summary(run_dirs, out_dir, allow_different_suites=allow_different_suites,
+                                scorer=scorer, seed=seed)[0]
+
+
+def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
+                         scorer: str | None = None, seed: int = 0) -> tuple[Path, dict]:
+    """:func:`compare`, returning (page, what compare.json holds)."""
     if len(run_dirs) < 2:
         raise AuditError(f"compare needs at least two runs, got {len(run_dirs)}")
     run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
+    _distinct(run_dirs)
     runs = [load_run(d) for d in run_dirs]
     _same_protocols(runs)
     deciding = _deciding(runs, scorer)
@@ -128,7 +148,8 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
         raise AuditError(f"no image has a verdict in every run from the scorer deciding its category "
                          f"({chosen}); score the runs first")
     p0 = {key: keyed[0][key]["prompt"] for key in shared_keys}
-    unit = dict(zip(shared_keys, prompt_groups([p0[key] for key in shared_keys])))  # the bootstrap's clusters
+    # the bootstrap unit: prompts showing one scene, with swap twins (scenes.prompt_groups), never half of a group
+    unit = dict(zip(shared_keys, prompt_groups([p0[key] for key in shared_keys])))
     pair_df = pd.DataFrame([{"key": key, "unit": unit[key], "sample": s, "prompt": p0[key].get("text"),
                              "category": p0[key].get("category"), "template": p0[key].get("template"),
                              **{f"verdict:{lab}": bool(r["verdict"]) for lab, r in zip(labels, rows)},
@@ -184,8 +205,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
         for run, lab, r in zip(runs, labels, rows):
             path = run.rd.root / r["path"]
             sd = run.scorers[run.scorer_of(p0[key].get("category"))]
-            qs = [{"text": q.get("text"),
-                   "verdict": sd.questions.get((r["prompt_id"], s, q.get("id")), (None,))[0]}
+            qs = [{"text": q.get("text"), **sd.question(r["prompt_id"], s, q.get("id"))}
                   for q in run.prompts[r["prompt_id"]].get("questions", [])]
             cells.append({"model": lab, "verdict": r["verdict"], "failure_types": r["failure_types"],
                           "thumb": thumbs.ensure(path, r["sha256"]),
@@ -214,11 +234,20 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
                "paired_images": len(pairs), "disagreements": len(disagree),
                "correction": "holm", "alpha": ALPHA, "n_boot": N_BOOT, "seed": seed,
                "ranking": [{k: r[k] for k in ("rank", "model", "rate", "lo", "hi", "n", "wins", "losses")} for r in ranking],
-               "differences": [d for d in diffs if d["group"] == "overall"], "tables": tables,
+               "differences": [d for d in diffs if d["group"] == "overall"],
+               "by_category": [d for d in diffs if d["group"] == "category"],
+               "category_rates": {str(r["value"]): {} for r in rates if r["group"] == "category"},
+               "tables": tables,
                "note": note}
+    for r in rates:
+        if r["group"] == "category":
+            summary["category_rates"][str(r["value"])][r["model"]] = {k: r[k] for k in ("n", "k", "rate", "lo", "hi")}
     atomic_write_json(out / "compare.json", summary)
     used = set(pair_df["category"])
+    from .random_weights import random_weights_note
+
     ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note, "protocols": protocols,
+           "random_weights": random_weights_note([r.manifest for r in runs]),
            "deciding": rule.table({c: d for c, d in deciding.items() if c in used}),
            "verdict_sources": sorted({d["scorer"] for c, d in deciding.items() if c in used and d.get("scorer")}),
            "runs": [{"label": lab, "root": r.rd.root.name, "suites": ", ".join(s)}
@@ -230,7 +259,7 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
            "alpha": ALPHA, "n_boot": N_BOOT, **static_assets()}
     page = out / "index.html"
     atomic_write_text(page, render("compare.html.j2", ctx))  # modes follow the umask (rundir)
-    return page
+    return page, summary
 
 
 def _protocol_names(runs) -> dict:
@@ -259,3 +288,14 @@ def _rows(groups, rates, diffs, labels) -> list[dict]:
 
 def read_compare(out_dir) -> dict:
     return json.loads((Path(out_dir) / "compare.json").read_text())
+
+
+def regressions(summary: dict, max_drop: float) -> list[dict]:
+    """The categories where the second run (CANDIDATE) falls below the first (BASE) by more than ``max_drop`` with a
+    95% CI of the drop that excludes 0 (the rule `t2i-audit compare --help` states, report/cli.py GATE_RULE)."""
+    base, cand = summary["models"][:2]
+    out = []
+    for d in summary["by_category"]:
+        if (d["a"], d["b"]) == (base, cand) and np.isfinite(d["diff"]) and d["diff"] > max_drop and d["lo"] > 0:
+            out.append(d)
+    return out

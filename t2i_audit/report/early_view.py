@@ -13,7 +13,7 @@ import json
 import math
 from pathlib import Path
 
-from ..rundir import read_jsonl
+from ..records import read_records
 from . import charts
 from .probes_view import _f  # a number or None (NaN, missing, text)
 from .selection_view import selection_section
@@ -78,7 +78,7 @@ def _category(name: str, r: dict, loop_steps: int) -> dict:
 
 def _ranked(probes_dir: Path, rd, thumbs, out_dir: Path, rel) -> list[dict]:
     """Per category, at its earliest step: the riskiest and the safest images with their verdicts."""
-    risks = read_jsonl(probes_dir / "early_risk.jsonl") if (probes_dir / "early_risk.jsonl").exists() else []
+    risks = read_records(probes_dir / "early_risk.jsonl", "early-risk")
     images = {(r["prompt_id"], r.get("sample", 0)): r for r in rd.read_images()} if rd.images.exists() else {}
     prompts = {p["id"]: p for p in rd.read_prompts()} if rd.prompts.exists() else {}
     out = []

@@ -1,4 +1,5 @@
-"""The one-run report: tables from the run's files → a context → one self-contained page.
+"""The one-run report: tables from the run's files → a context → one page that opens offline (CSS/JS inlined; the
+thumbnails it shows lie beside it in ``thumbs/``).
 
 jinja2 renders with ``autoescape=True``: every text from a suite, a model or a scorer is
 escaped; only our own CSS/JS and the SVG built in :mod:`charts` (which escapes its texts)
@@ -21,6 +22,7 @@ from .. import analysis, stats
 from . import charts
 from .early_view import early_section
 from .probes_view import probes_section
+from .random_weights import random_weights_note
 from .tables import RunData
 from .thumbs import Thumbs
 
@@ -154,9 +156,8 @@ def _qverdicts(data: RunData, scorer: str | None, pid: str, sample: int) -> list
     sd = data.scorers.get(scorer) if scorer else None
     out = []
     for q in p.get("questions", []):
-        v = sd.questions.get((pid, sample, q.get("id")), (None, None)) if sd else (None, None)
-        out.append({"text": q.get("text"), "kind": q.get("kind"), "verdict": v[0],
-                    "value": v[1] if isinstance(v[1], (int, float)) else None})
+        state = sd.question(pid, sample, q.get("id")) if sd else {"verdict": None, "value": None, "skipped_by": []}
+        out.append({"text": q.get("text"), "kind": q.get("kind"), **state})
     return out
 
 
@@ -304,8 +305,9 @@ def manifest_section(data: RunData) -> dict:
 def build_context(data: RunData, out_dir: Path, thumbs: Thumbs, progress: bool = False) -> dict:
     im = data.images_df
     return {
-        "title": f"{data.model} · {', '.join(data.suites)}",
-        "model": data.model, "suites": data.suites, "scorer": data.scorer,
+        "title": f"{data.label} · {', '.join(data.suites)}",
+        "model": data.label, "suites": data.suites, "scorer": data.scorer,
+        "random_weights": random_weights_note([data.manifest]),
         "deciding": deciding_rows(data),
         "verdict_sources": sorted({d["scorer"] for d in data.deciding.values() if d.get("scorer")}),
         "run_name": data.rd.root.name,

@@ -143,7 +143,10 @@ def render_label_page(run_dir, *, n: int = 60, seed: int = 0, out: Optional[Path
     cats: dict[str, int] = {}
     for i in items:
         cats[str(i["category"])] = cats.get(str(i["category"]), 0) + 1
+    from .random_weights import random_weights_note
+
     ctx = {"title": f"label · {rd.root.name}", "run": rd.root.name, "seed": seed, "n": n,
+           "random_weights": random_weights_note([rd.read_manifest()]),
            "sample_key": sample_key, "columns": SHEET_COLUMNS, "categories": sorted(cats.items()),
            "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "data": {"run": rd.root.name, "sample_key": sample_key, "columns": SHEET_COLUMNS, "items": items}}

@@ -16,7 +16,8 @@ import pandas as pd
 
 from ..csvsafe import to_csv
 from ..errors import AuditError, did_you_mean
-from ..rundir import RunDir, atomic_write_bytes, read_jsonl
+from ..records import iter_records
+from ..rundir import RunDir, atomic_write_bytes
 
 
 @dataclass
@@ -25,6 +26,16 @@ class ScorerData:
     questions: dict = field(default_factory=dict)   # (pid, sample, qid) -> (verdict, value)
     prompts: dict = field(default_factory=dict)     # (pid, sample) -> (verdict, failures)
     model: str = ""
+    identities: set = field(default_factory=set)    # {(scorer_model, scorer_revision, judge protocol)} seen
+    skipped: dict = field(default_factory=dict)     # (pid, sample, qid) -> the failed questions it depends on
+
+    def question(self, pid: str, sample: int, qid) -> dict:
+        """One question's verdict and value as a page shows them; a question skipped because one it depends on
+        failed (DSG, scorers/verdicts.py) says so — never a "–" beside the answer's value, which reads as a pass."""
+        verdict, value = self.questions.get((pid, sample, qid), (None, None))
+        skipped = self.skipped.get((pid, sample, qid)) or []
+        return {"verdict": verdict, "skipped_by": skipped,
+                "value": value if isinstance(value, (int, float)) and not skipped else None}
 
 
 @dataclass
@@ -54,6 +65,20 @@ class RunData:
         return str(m or self.rd.root.name)
 
     @property
+    def adapted(self) -> dict:
+        """The run's LoRAs / replaced components as its manifest records them (``model.adapted``); {} for a base run."""
+        m = self.manifest.get("model")
+        a = m.get("adapted") if isinstance(m, dict) else None
+        return a if isinstance(a, dict) else {}
+
+    @property
+    def label(self) -> str:
+        """The model with its variant (``mini + my_lora@0.8 (sha256 1a2b3c)``), as every page names the run."""
+        from ..variants.labels import model_label
+
+        return model_label(self.model, self.adapted)
+
+    @property
     def suites(self) -> list[str]:
         return sorted({f"{p.get('suite')}@{p.get('suite_version')}" for p in self.prompts.values()})
 
@@ -70,7 +95,7 @@ def _read_json(path: Path) -> dict:
 
 def read_scorer(path: Path, shas: dict) -> ScorerData:
     sd = ScorerData(path.stem)
-    for i, r in enumerate(read_jsonl(path), 1):
+    for i, r in iter_records(path, "scores"):
         try:
             key = (r["prompt_id"], int(r["sample"]))
             kind = r.get("kind", "question")
@@ -80,10 +105,16 @@ def read_scorer(path: Path, shas: dict) -> ScorerData:
         if sha and shas.get(key) and sha != shas[key]:
             continue  # scored an older version of this image
         sd.model = sd.model or str(r.get("scorer_model") or "")
+        extra = r.get("extra") if isinstance(r.get("extra"), dict) else {}
+        sd.identities.add((str(r.get("scorer_model") or ""), str(r.get("scorer_revision") or ""),
+                           str(extra.get("protocol") or "")))
         if kind == "prompt":
             sd.prompts[key] = (r.get("verdict"), r.get("failures") or [])
         elif kind == "question" and r.get("question_id") is not None:
             sd.questions[key + (r["question_id"],)] = (r.get("verdict"), r.get("value"))
+            skipped_by = (r.get("extra") or {}).get("skipped_by") if isinstance(r.get("extra"), dict) else None
+            if skipped_by and r.get("verdict") is None:
+                sd.skipped[key + (r["question_id"],)] = [str(q) for q in skipped_by]
     return sd
 
 
@@ -142,7 +173,7 @@ def load_run(run_dir, scorer: str | None = None, deciding: dict | None = None) -
     primary = scorer or rule.primary({c: {"scorer": n} for c, n in by_cat.items()}, weights)
     images_df = _images_frame(prompts, images, scorers, by_cat)
     questions_df = _questions_frame(prompts, images, scorers, by_cat)
-    return RunData(rd, rd.read_manifest(), _read_json(rd.summary), prompts, images, scorers,
+    return RunData(rd, rd.read_manifest(), rd.read_summary(), prompts, images, scorers,
                    primary, images_df, questions_df, deciding)
 
 

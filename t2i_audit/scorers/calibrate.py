@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 from ..csvsafe import to_csv
 from ..errors import AuditError
-from ..rundir import RunDir, atomic_write_json, atomic_write_text, read_jsonl
+from ..rundir import RunDir, atomic_write_json, atomic_write_text
 from ..scenes import groups_by_id
 
 TRUE = {"1", "yes", "y", "true", "t"}
@@ -141,7 +141,10 @@ def _metrics(verdict, value, label, cluster, positive: float, n_boot: int, seed:
     from .. import stats
 
     def kappa(v, lab):
-        if len(set(v.tolist()) | set(lab.tolist())) < 2:
+        # constant labels: κ compares agreement with what chance would give, and with one side constant every
+        # scorer scores 0 (or 0/0) whatever it did — undefined, not "chance" (issue 37: 300 labels all "yes"
+        # gave κ 0.000 and set a 97 %-accurate judge aside as at chance)
+        if len(set(lab.tolist())) < 2:
             return float("nan")
         return float(cohen_kappa_score(v, lab))
 
@@ -157,9 +160,11 @@ def _metrics(verdict, value, label, cluster, positive: float, n_boot: int, seed:
         v = fn(*arrays) if len(groups) else float("nan")
         if why:
             out.setdefault("too_few", {})[name] = why
+        elif math.isnan(v):  # a constant side: the statistic does not exist on this sample
+            out.setdefault("undefined", {})[name] = _constant_side(arrays[-1], arrays[0])
         out[name] = None if why or math.isnan(v) else v
-        out[name + "_ci"] = (None, None) if why else stats.cluster_bootstrap_ci(fn, *arrays, groups=groups,
-                                                                                n_boot=n_boot, seed=seed)
+        out[name + "_ci"] = (None, None) if why or math.isnan(v) else stats.cluster_bootstrap_ci(
+            fn, *arrays, groups=groups, n_boot=n_boot, seed=seed)
 
     out: dict = {}
     mask = np.array([v is not None for v in verdict])
@@ -183,8 +188,17 @@ def _metrics(verdict, value, label, cluster, positive: float, n_boot: int, seed:
     return out
 
 
+def _constant_side(labels, scores) -> str:
+    """Why a κ / τ / ρ is undefined: which side is constant, and at what."""
+    for what, a in (("label", labels), ("scorer value", scores)):
+        values = sorted(set(a.tolist()))
+        if len(values) == 1:
+            return f"undefined: every {what} is {values[0]:g}"
+    return "undefined on this sample"
+
+
 def _records_by_key(run_dir: RunDir, scorer: str) -> dict:
-    recs = read_jsonl(run_dir.scores(scorer))
+    recs = run_dir.read_scores(run_dir.scores(scorer))
     idx = {}
     for r in recs:
         if (r.get("extra") or {}).get("excluded"):
@@ -265,7 +279,7 @@ def export_sheet(run_dir: RunDir | str | Path, out: Path | str, *, per: str = "b
     file at ``out`` (perhaps the user's labels) is replaced only with ``force``."""
     import pandas as pd
 
-    from ..rundir import claim_output_file
+    from ..ownership import claim_output_file
 
     if per not in ("prompt", "question", "both"):
         raise AuditError(f"--per must be prompt, question or both, not {per!r}")

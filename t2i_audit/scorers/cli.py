@@ -37,6 +37,32 @@ def parse_sets(sets: List[str] | None, models: List[str] | None = None) -> dict:
     return out
 
 
+def _tiny(rd) -> bool:
+    model = rd.read_manifest().get("model")
+    return isinstance(model, dict) and str(model.get("source", "")).startswith("tiny:")
+
+
+def run_scorers(rd) -> list[str] | None:
+    """What `score RUN` scores by default: the scorers the run was scored with (manifest.json), else the ones
+    `run` scores such a run with (its run.yaml's --scorer, else its model card's) — never the per-category
+    defaults where the run names its own (a mini run would otherwise get an 8B judge to download)."""
+    recorded = ((rd.read_manifest().get("stages") or {}).get("score") or {}).get("scorers")
+    if recorded:
+        return list(recorded)
+    if not rd.config.is_file():
+        return None
+    from ..api import chosen_scorers, load_config
+    from ..models import resolve_model
+
+    cfg = load_config(rd.config)
+    if cfg.scorers is not None:
+        return cfg.scorers or None
+    try:
+        return chosen_scorers(cfg, resolve_model(cfg.model))
+    except AuditError:  # the model is not available here: its card cannot say
+        return None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("score")
     def score_cmd(
@@ -66,8 +92,8 @@ def register(app: typer.Typer) -> None:
         from ..ownership import require_kind
 
         require_kind(rd.root, "run")  # scores/ and the manifest are written there: a run's folder only
-        tiny = str((rd.read_manifest().get("model") or {}).get("source", "")).startswith("tiny:")
-        names = list(scorer or default_scorers({p.get("category", "") for p in rd.read_prompts()}, tiny=tiny))
+        names = list(scorer or run_scorers(rd) or default_scorers({p.get("category", "") for p in rd.read_prompts()},
+                                                                  tiny=_tiny(rd)))
         import os
 
         with RunLock(rd.root, int(os.environ.get("RANK", 0))):  # one lock per accelerate process
@@ -121,18 +147,30 @@ def register(app: typer.Typer) -> None:
         card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML."),
         force: bool = typer.Option(False, "--force", help="Replace an existing file at --export-sheet (never done otherwise)."),
     ) -> None:
-        """Agreement of scorers with labels (accuracy, Cohen's kappa, Kendall tau, Spearman rho, CIs)."""
+        """Agreement of scorers with labels (accuracy, Cohen's kappa, Kendall tau, Spearman rho, CIs).
+
+        The agreement measured here decides which scorer gives each category's verdicts (report, compare, probe,
+        predict) once a category has 50 labels (10 where the scorer's card has no measured agreement) of both kinds:
+        fewer never replace a card's measured figure, and κ on labels that are all yes (or all no) is undefined,
+        not chance. It prints what changes in that rule."""
         from ..cli_checks import require_inputs
         from .calibrate import calibrate, export_sheet as _export
 
         require_inputs(card, "--card")  # before any output is written
 
+        if labels is not None:  # calibration/ is written into the run: a run's folder, locked while it is
+            from ..ownership import require_kind
+
+            require_kind(run, "run")
         if export_sheet is None and labels is None:
             raise AuditError("calibrate: give --labels labels.csv or --export-sheet sheet.csv")
         if export_sheet is not None:
             n = _export(run, export_sheet, per=per, force=force)
             typer.echo(f"wrote {n} rows to {export_sheet}")
         if labels is not None:
+            from ..deciding import deciding_scorers
+
+            before = deciding_scorers(run)
             rep = calibrate(run, labels, scorers=scorer, positive=positive, n_boot=bootstrap,
                             fit_threshold=fit_threshold, folds=folds, extra_cards=[str(c) for c in card or []])
             from ..stats import shown, too_few
@@ -147,8 +185,11 @@ def register(app: typer.Typer) -> None:
                     for cat, m in cats.items():
                         few = m.get("too_few") or {}
                         reasons.update(few.values())
+                        reasons.update(f"κ {w}" for k, w in (m.get("undefined") or {}).items() if k == "kappa")
+                        kappa = "undefined" if "kappa" in (m.get("undefined") or {}) else \
+                            shown(m.get("kappa"), few.get("kappa"))
                         typer.echo(f"  {level:<8} {cat:<16} n={m['n']:<4} acc={shown(m.get('accuracy'), few.get('accuracy'))} "
-                                   f"{_ci(m.get('accuracy_ci'))} kappa={shown(m.get('kappa'), few.get('kappa'))} "
+                                   f"{_ci(m.get('accuracy_ci'))} kappa={kappa} "
                                    f"tau={shown(m.get('kendall_tau'), few.get('kendall_tau'))} "
                                    f"rho={shown(m.get('spearman_rho'), few.get('spearman_rho'))}")
                 for why in sorted(reasons):
@@ -161,6 +202,26 @@ def register(app: typer.Typer) -> None:
                                f"(cv accuracy {shown(t['cv_accuracy'], few)} vs {shown(t['cv_accuracy_previous'], few)}); "
                                f"card copy {t.get('card')}")
             typer.echo(f"report: {Path(run) / 'calibration' / 'report.json'}")
+            for line in deciding_changes(before, deciding_scorers(run)):
+                typer.echo(line)
+
+
+def deciding_changes(before: dict, after: dict) -> list[str]:
+    """What the labels change in the deciding rule (t2i_audit/deciding.py), category by category: the scorer
+    and the evidence it rests on before and after; set-aside calibrations say why."""
+    from ..deciding import table
+
+    def said(r: dict) -> str:
+        return f"{r['scorer'] or 'no scorer'} ({r['source']}{'' if r['agreement'] == '—' else ': ' + r['agreement']})"
+
+    was = {r["category"]: r for r in table(before)}
+    out = ["which scorer decides each category (the next report, compare, probe and predict):"]
+    for r in sorted(table(after), key=lambda r: str(r["category"])):
+        a = was.get(r["category"])
+        out.append(f"  {r['category']}: {said(r)} — unchanged" if a and said(a) == said(r)
+                   else f"  {r['category']}: {said(a) if a else 'none'} -> {said(r)}")
+        out += [f"    ({w.strip()})" for w in (r["why"] or "").split(";") if "set aside" in w]
+    return out
 
 
 def _ci(ci) -> str:

@@ -148,7 +148,14 @@ def import_class(spec: str, source: str = "card"):
 
 def create_scorer(name: str, *, device: str = "cpu", cards: Mapping[str, dict] | None = None,
                   overrides: Mapping[str, Any] | None = None):
-    """Build (not load) the scorer ``name``; its class is imported here, on first use."""
+    """Build (not load) the scorer ``name``; its class is imported here, on first use. Inside a
+    ``t2i_audit.reuse`` session the one built for the first run is handed to every run (loaded once)."""
+    from ..reuse import active
+
+    session = active()
+    if session is not None:
+        return session.scorer(name, device, overrides,
+                              lambda: create_scorer(name, device=device, cards=cards, overrides=overrides))
     card = get_card(name, cards=cards, overrides=overrides)
     cls = import_class(card["class"], card.get("_file", name))
     return cls(card, device=device)

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, read_jsonl
+from .minimums import MIN_TWIN_GROUPS, seeds_refusal
 from .policies import Staged, Whole, policy_from_dict, whole_at
 from .rank import n_whole
 
@@ -45,6 +46,9 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
         raise AuditError(f"{path}: no selection study; run `t2i-audit select --from {from_run} --study` first")
     meta = read_json(summary)
     T, S = int(meta["loop_steps"]), int(meta["seeds_per_prompt"])
+    refusal = seeds_refusal(from_run, S, "a budget's policy (chosen by its selection study)")
+    if refusal:  # a study written before it refused one seed per prompt: its only policy is one random seed
+        raise AuditError(f"--budget {budget:g}: {refusal}")
     scored_ids = {p["id"] for p in records}
     shown_now = shares_a_scene(records)  # a prompt of the --from run showing a scored prompt's scene (or its twin's)
     fitted_prompts = {p["id"]: p for p in rd.read_prompts()}
@@ -55,9 +59,10 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
                 and r["prompt_id"] in fitted_prompts and not shown_now(fitted_prompts[r["prompt_id"]])]
         pids = sorted({r["prompt_id"] for r in mine})
         groups = np.array(prompt_groups([fitted_prompts[p] for p in pids]))
-        if len(set(groups.tolist())) < 5:
+        if len(set(groups.tolist())) < MIN_TWIN_GROUPS:
             raise AuditError(f"--budget: category {cat!r} has {len(pids)} prompts in the --from run's study outside "
-                             "the scenes scored now; the choice needs prompts it is not scored on (≥ 5 groups)")
+                             f"the scenes scored now; the choice needs prompts it is not scored on (≥ {MIN_TWIN_GROUPS}"
+                             " prompt groups): score other prompts (--prompts), or study a larger --from run")
         at = {p: i for i, p in enumerate(pids)}
         per: dict = {}
         for r in mine:
@@ -170,10 +175,11 @@ def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loo
 def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = None, allow_seen: bool = False,
                       holdout: bool = False, progress: bool = True, n_boot: int = 1000) -> dict:
     """The whole ``select --budget`` command. ``seed``: the base seed (None: the first fresh one)."""
-    from ..api import default_run_dir, expand_suites, prepare_run, prompt_digest, score_stage
+    from ..api import default_run_dir, expand_suites, prepare_run, prompt_digest, recorded_settings, score_stage
     from ..generate import _done_items, load_pipeline, resolve_device
     from ..models import resolve_model
-    from ..rundir import RunLock, atomic_write_jsonl, claim_output_dir, file_sha256
+    from ..ownership import claim_output_dir
+    from ..rundir import RunLock, atomic_write_jsonl, file_sha256
     from . import freshness
     from .command import resume_argv
     from .execute import CHUNK_PROMPTS, Counter, ScanJournal, Work, run_policies
@@ -184,6 +190,10 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
     src = fitted["settings"]
     T = int(src["steps"])
     card = resolve_model(cfg.model)
+    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.for_run), checked
+        from ...variants.check import check_variant
+
+        card = check_variant(card, cfg.variant())
     records = expand_suites(cfg.prompts, cfg.limit, 0)
     plan = choose_for_budget(from_run, budget, records)
     n_max = max((max(c["policy"].n_of, int(np.ceil(c["policy"].cost(T).iterations / T)))
@@ -201,9 +211,11 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
     cfg = cfg.model_copy(update={"seed": base, "steps": T, "guidance": src["guidance"], "size": src["size"],
                                  "dtype": src["dtype"], "images_per_prompt": n_max,
                                  "stages": ["prompts", "generate", "score"]})
-    identity = {"model": cfg.model, "prompts": prompt_digest(records), "budget": budget, "seed": base,
+    recorded = recorded_settings(cfg.out) if cfg.out else None  # a digest recorded before it covered whole records
+    identity = {"model": cfg.model, "prompts": prompt_digest(records, (recorded or {}).get("prompts")),
+                "budget": budget, "seed": base,
                 "holdout": holdout, "from_probes": f"sha256 {file_sha256(RunDir(from_run).probes_dir / 'early_probes.json')[:16]}",
-                "policies": {c: v["policy"].as_dict() for c, v in plan.items()}}
+                "policies": {c: v["policy"].as_dict() for c, v in plan.items()}, **card.adapted.identity()}
     rd = RunDir(cfg.out or default_run_dir(cfg, card, command="select", settings=identity))
     claim_output_dir(rd.root, "run", command="select", settings=identity)
     counter = Counter()

@@ -76,11 +76,12 @@ def select_identity(cfg, card, records: list[dict], from_run: Path, *, keep: int
     fitted probes by content, --keep, --at, --baseline, and how kept seeds are finished (continued from the
     scan: a folder whose images were regenerated from noise holds other bytes). Not the batch size (a resume
     keeps the planned one) nor the device."""
-    from ..api import run_identity
+    from ..api import recorded_settings, run_identity
     from ..rundir import file_sha256
 
     probes = RunDir(from_run).probes_dir / "early_probes.json"
-    return {**run_identity(cfg, card, records), "of": cfg.images_per_prompt, "keep": keep, "at": at,
+    recorded = recorded_settings(cfg.out) if cfg.out else None
+    return {**run_identity(cfg, card, records, recorded), "of": cfg.images_per_prompt, "keep": keep, "at": at,
             "baseline": baseline, "from_probes": f"sha256 {file_sha256(probes)[:16]}", "finish": FINISH}
 
 
@@ -101,7 +102,7 @@ def resume_argv(cfg, from_run: Path, policy: list[str]) -> list[str]:
 def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline: bool = True,
                progress: bool = True, n_boot: int = 1000, allow_seen: bool = False) -> dict:
     """The whole command: lay out the run, scan, choose, continue, score, summarise."""
-    from ..api import default_run_dir, expand_suites, prepare_run, prompt_digest, score_stage
+    from ..api import default_run_dir, expand_suites, prepare_run, score_stage
     from ..generate import GenSettings, _done_items, _keep_recorded_plan, load_pipeline, resolve_device
     from ..models import resolve_model
     from ..ownership import claim_output_dir
@@ -118,9 +119,13 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
     fitted = load_fitted(from_run)
     src = fitted["settings"]
     card = resolve_model(cfg.model)
+    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.for_run), checked
+        from ..variants.check import check_variant
+
+        card = check_variant(card, cfg.variant())
     cfg = cfg.model_copy(update={"images_per_prompt": n_of, "steps": src["steps"], "guidance": src["guidance"],
                                  "size": src["size"], "dtype": src["dtype"], "stages": ["prompts", "generate", "score"]})
-    records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
+    records = expand_suites(cfg.prompts, cfg.limit, 0)  # the subset `run --limit N` takes, whatever the scan's seed
     check(from_run, records, n_of, cfg.seed, allow_seen=allow_seen)  # never re-score the probe's training images
     device = resolve_device(cfg.device)
     step = step_at(at, src["steps"])
@@ -149,7 +154,7 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
         policy = Staged("probe", n_of, ((step, keep),))
         # a risk depends on the fitted probe, the step, the sampler settings and the batch it was replayed in
         made_with = {"from_probes": identity["from_probes"], "loop_step": step, "n_of": n_of, "model": cfg.model,
-                     "prompts": prompt_digest(records), **s, "chunk_prompts": CHUNK_PROMPTS}
+                     "prompts": identity["prompts"], **s, "chunk_prompts": CHUNK_PROMPTS}
         counter, before = Counter(), _done_items(rd)
         hook = counter.attach(pipe)
         try:

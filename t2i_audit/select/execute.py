@@ -80,7 +80,7 @@ class ScanJournal:
         from ..resume import reusable_records
 
         self.path, self.made_with = Path(path), dict(made_with)
-        self.reusable = reusable_records(self.path, self.made_with, _scan_key)
+        self.reusable = reusable_records(self.path, self.made_with, _scan_key, kind="selection")
         self.rows: list[dict] = []
 
     def recorded(self, keys: list[tuple[str, int]]) -> list[dict] | None:

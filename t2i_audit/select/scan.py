@@ -77,8 +77,9 @@ def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: 
 
 
 def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_of: int, at: float, seed: int = 0,
-              batch_size: int = 4, device: str = "cpu", progress: bool = True) -> list[dict]:
-    """``predict --early``: the risk of each of N seeds of each prompt after the early steps, nothing finished."""
+              batch_size: int = 4, device: str = "cpu", progress: bool = True, variant=None) -> list[dict]:
+    """``predict --early``: the risk of each of N seeds of each prompt after the early steps, nothing finished
+    (``variant``: the --from run's LoRAs / components, t2i_audit.variants)."""
     from ..generate import load_pipeline, resolve_device
     from ..models import resolve_model
     from ..probes.capture.early import step_at
@@ -88,7 +89,7 @@ def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_o
     step = step_at(at, src["steps"])
     for cat in sorted({str(p.get("category")) for p in prompts}):
         probe_for(fitted, cat, step)
-    card = resolve_model(model)
+    card = resolve_model(model).with_variant(variant)
     s = scan_settings(src, card, seed, batch_size)
     pipe = load_pipeline(card, resolve_device(device), s["dtype"])
     # no resume: `out` is a file the user named (claimed with --force if it existed), replaced, never read back

@@ -6,13 +6,14 @@ settings, checked over every writer that ``ownership.WRITERS`` registers.
 """
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 from t2i_audit.resume import settings_id
-from t2i_audit.rundir import MARKER, claim_output_dir, folder_kind
+from t2i_audit.ownership import MARKER, claim_output_dir, folder_kind
 
 from .test_malformed_corpus import _invoke, _snapshot
 
@@ -69,8 +70,8 @@ def test_mini_retraining_replaces_only_what_it_writes(tmp_path, monkeypatch, cap
     assert (tmp_path / "j" / "notes.txt").read_text() == "my notes about this judge"
     assert (tmp_path / "j.tmp" / "keep.txt").read_text() == "mine"
     assert json.loads((tmp_path / "j" / "card.json").read_text())["seed"] == 1 != json.loads(first)["seed"]
-    assert sorted(p.name for p in (tmp_path / "j").iterdir()) == [
-        MARKER, "card.json", "config.json", "model.safetensors", "notes.txt"]  # no staging left behind
+    assert sorted(p.name for p in (tmp_path / "j").iterdir()) == [  # no staging left behind (the writer lock's
+        ".lock", MARKER, "card.json", "config.json", "model.safetensors", "notes.txt"]  # file stays: flock)
 
 
 def test_run_refuses_a_folder_that_is_not_its_own(tmp_path, monkeypatch, capsys):
@@ -169,8 +170,9 @@ def test_thumbnails_are_pruned_by_the_tools_own_index_never_by_name(tmp_path, mo
     mine = tmp_path / "c" / "thumbs" / "ab" / ("ab" + "0" * 62 + ".jpg")
     mine.parent.mkdir(parents=True, exist_ok=True)
     mine.write_bytes(b"mine")
-    # the same run twice: no disagreement, no thumbnail used; ours go, the user's stays
-    code, err = _invoke(["compare", str(good), str(good), "--out", "c"], tmp_path, monkeypatch, capsys)
+    # two copies of one run: no disagreement, no thumbnail used; ours go, the user's stays
+    copy = shutil.copytree(good, tmp_path / "good-copy")
+    code, err = _invoke(["compare", str(good), str(copy), "--out", "c"], tmp_path, monkeypatch, capsys)
     assert code in (0, None), err
     assert not any((tmp_path / "c" / rel).exists() for rel in made)
     assert mine.read_bytes() == b"mine"
@@ -283,9 +285,12 @@ def _writer_argv(command: str, out: Path, world: dict) -> list:
                        "--at", "0.5", "--seed", "1", "--device", "cpu", "--quiet"],
             "report": ["report", world["good"], "-q"],
             "compare": ["compare", world["good"], world["bad"]],
+            "board": ["board", world["good"], "-q"],
             "mini train-judge": ["mini", "train-judge", "--smoke"],
             "mini train-generator": ["mini", "train-generator", "--smoke"],
-            "mini sweep": ["mini", "sweep", "--smoke"]}[command] + ["--out", str(out)]
+            "mini sweep": ["mini", "sweep", "--smoke"],
+            "track": ["track", world["good"], "--model", "mini", "--prompts", world["suite"], "--limit", "2"],
+            }[command] + ["--out", str(out)]
 
 
 def test_every_writer_command_refuses_a_folder_another_command_made(tmp_path, monkeypatch, capsys, two_runs,

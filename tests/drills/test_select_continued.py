@@ -43,7 +43,7 @@ def test_kept_images_are_the_uninterrupted_images_of_their_seeds(tmp_path, repo_
     # before: every kept seed was regenerated from noise (scan N·1 + finish K·2 iterations; no spent_now)
     res = _select(repo_root, probed_mini, tmp_path / "sel", of=of, keep=keep, baseline=baseline, batch=batch)
     plain = RunDir(api.run_audit(api.make_config(dict(
-        model="mini", prompts=[str(repo_root / "prompts/mini.yaml")], limit=N_PROMPTS, images_per_prompt=of, steps=2,
+        model="mini", prompts=[str(tmp_path / "sel" / "prompts.jsonl")], images_per_prompt=of, steps=2,  # its prompts
         seed=1, batch_size=batch, stages=["prompts", "generate"], out=str(tmp_path / "plain"), device="cpu")),
         progress=False))
     sel = RunDir(tmp_path / "sel")

@@ -285,3 +285,20 @@ def test_study_command_with_binding(fitted):
     out = fitted.study_output
     assert "binding study written" in out and "selection study written" in out
     assert "spatial (pre-registered): the pre-registered policy scans 6 seeds; this run has 4" in out
+
+
+def test_study_names_steps_as_probe_early_does(fitted):
+    """One numbering for a loop step (issue 37: `probe --early` printed "4/20", `select --study` "step 3"): the
+    study's progress names the steps `probe --early` read, as iterations done of the loop."""
+    import re
+
+    from t2i_audit.probes.capture.early import step_label
+
+    early = json.loads((fitted.probes_dir / "early.json").read_text())
+    read = {step_label(st["iterations"] - 1, early["loop_steps"]) for r in early["categories"].values()
+            for st in (r.get("steps") or {}).values()}
+    assert read == {f"step 1/{STEPS}", f"step 2/{STEPS}"}
+    res = CliRunner().invoke(app, ["select", "--from", str(fitted.root), "--study", "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    assert set(re.findall(r"\[selection\] \w+ (step \d+/\d+): risks", res.output)) == read, res.output
+    assert f"is k of the {STEPS} loop iterations" in res.output

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from t2i_audit.rundir import RunDir, atomic_write_json, atomic_write_jsonl
+from t2i_audit.rundir import RunDir, atomic_write_json, atomic_write_jsonl, atomic_write_text
 
 COLORS = ["red", "green", "blue", "yellow", "purple"]
 OBJECTS = ["cube", "sphere", "cone", "mug", "chair", "dog"]
@@ -150,8 +150,8 @@ def _count(suite, n, o):
     return p
 
 
-def _png(prompt: dict, sample: int, size: int) -> bytes:
-    rng = random.Random(f"{prompt['id']}/{sample}")
+def _png(prompt: dict, sample: int, size: int, seed: int = 0) -> bytes:
+    rng = random.Random(f"{prompt['id']}/{sample}" + (f"/{seed}" if seed else ""))
     im = Image.new("RGB", (size, size), (245, 243, 238))
     d = ImageDraw.Draw(im)
     for obj in prompt["objects"]:
@@ -220,8 +220,10 @@ def score_image(prompt: dict, sample: int, sha: str, scorer: str, skill: float, 
 
 def make_run(root: Path, *, prompts: list[dict] | None = None, samples: int = 2, size: int = 48,
              scorers: tuple[str, ...] = ("clip-foil", "vqa-blip"), skill: float = 1.0,
-             model: str = "tiny-sd", probes: bool = True, black: int = 1) -> Path:
-    """Write a complete run directory and return its path."""
+             model: str = "tiny-sd", probes: bool = True, black: int = 1, config: dict | None = None,
+             seed: int = 0) -> Path:
+    """Write a complete run directory and return its path. ``config``: settings to record in run.yaml (as
+    `run` resolves them; none written when omitted); ``seed``: the base seed the image seeds derive from."""
     root = Path(root)
     rd = RunDir(root)
     prompts = prompts if prompts is not None else make_prompts()
@@ -231,13 +233,13 @@ def make_run(root: Path, *, prompts: list[dict] | None = None, samples: int = 2,
     for i, p in enumerate(prompts):
         (rd.images_dir / p["id"]).mkdir(exist_ok=True)
         for s in range(samples):
-            data = _png(p, s, size)
+            data = _png(p, s, size, seed)
             path = rd.image_path(p["id"], s)
             path.write_bytes(data)
             flags = ["black"] if (i * samples + s) < black else []
             if flags:
                 flagged.add((p["id"], s))
-            images.append({"prompt_id": p["id"], "sample": s, "seed": 1000 * i + s,
+            images.append({"prompt_id": p["id"], "sample": s, "seed": 1000 * i + s + 7919 * seed,
                            "path": rd.rel(path), "sha256": hashlib.sha256(data).hexdigest(),
                            "width": size, "height": size, "seconds": 0.01, "flags": flags,
                            "model": model, "rank": 0})
@@ -247,7 +249,7 @@ def make_run(root: Path, *, prompts: list[dict] | None = None, samples: int = 2,
         recs = []
         for im in images:
             recs += score_image(byid[im["prompt_id"]], im["sample"], im["sha256"], sc, skill,
-                                noise=k, flagged=(im["prompt_id"], im["sample"]) in flagged)
+                                noise=k + 100 * seed, flagged=(im["prompt_id"], im["sample"]) in flagged)
         atomic_write_jsonl(rd.scores(sc), recs)
     atomic_write_json(rd.manifest, {
         "model": {"name": model, "repo": "hf:tiny/tiny-sd", "revision": "abc123"},
@@ -256,6 +258,11 @@ def make_run(root: Path, *, prompts: list[dict] | None = None, samples: int = 2,
         "device": "cpu", "seeds": {"base": 1234}, "flags": {"black": black},
         "stages": {"generate": {"status": "done", "count": len(images)}}})
     atomic_write_json(rd.summary, {"generate": {"images": len(images)}})
+    if config is not None:
+        import yaml
+
+        atomic_write_text(rd.config, yaml.safe_dump({"model": model, "prompts": ["colors.yaml"], "seed": seed,
+                                                     "images_per_prompt": samples, **config}, sort_keys=False))
     if probes:
         write_probes(rd, prompts)
     return root

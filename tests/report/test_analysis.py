@@ -67,3 +67,17 @@ def test_failure_counts_counts_images_once_per_type():
     fc = analysis.failure_counts(im).set_index("type")
     assert fc.loc["wrong_count", "images"] == 1 and fc.loc["missing_object", "images"] == 1
     assert (fc["failed"] == 2).all() and (fc["scored"] == 3).all()
+
+
+def test_paired_bootstraps_equal_one_paired_bootstrap_per_pair():
+    """The board's vectorised form gives, row by row, exactly what paired_bootstrap gives with the same seed."""
+    rng = np.random.default_rng(5)
+    m = 37
+    an, bn = rng.integers(0, 4, (6, m)).astype(float), rng.integers(0, 4, (6, m)).astype(float)
+    ak, bk = np.minimum(an, rng.integers(0, 4, (6, m))), np.minimum(bn, rng.integers(0, 4, (6, m)))
+    bn[5] = bk[5] = 0  # a pair where B has no verdict: NaNs, as one call gives
+    many = analysis.paired_bootstraps(ak, an, bk, bn, n_boot=700, seed=11)
+    for p in range(6):
+        one = analysis.paired_bootstrap(ak[p], an[p], bk[p], bn[p], n_boot=700, seed=11)
+        assert np.allclose([many[p][k] for k in ("diff", "lo", "hi", "p")], [one[k] for k in ("diff", "lo", "hi", "p")],
+                           rtol=0, atol=0, equal_nan=True)

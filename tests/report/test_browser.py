@@ -139,3 +139,83 @@ def test_screenshots_report_and_compare(page, tmp_path):
                      skill=0.6, model="tiny-other", probes=False)
     cmp = compare_runs([run_dir, other], tmp_path / "cmp")
     _screenshot(cmp.as_uri(), tmp_path, "compare.png", 1600)
+
+
+class SortableTables(HTMLParser):
+    """Per sortable table (data-group): its column keys, the row order (data-run) and each cell's data-v."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self.body, self._t, self._row = {}, {}, None, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body":
+            self.body = a
+        if tag == "table" and "sortable" in (a.get("class") or ""):
+            self._t = self.tables.setdefault(a["data-group"], {"keys": [], "rows": [], "sorted": a.get("data-sorted")})
+        elif self._t is not None and tag == "th":
+            self._t["keys"].append(a.get("data-key"))
+        elif self._t is not None and tag == "tr" and "data-run" in a:
+            self._row = {"run": a["data-run"], "v": []}
+            self._t["rows"].append(self._row)
+        elif self._row is not None and tag == "td":
+            self._row["v"].append(a.get("data-v"))
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._t = self._row = None
+
+
+def _tables(dom: str) -> SortableTables:
+    p = SortableTables()
+    p.feed(dom)
+    return p
+
+
+@pytest.fixture(scope="module")
+def board_page(tmp_path_factory):
+    from t2i_audit.board import build_board
+    from t2i_audit.report import render_report
+
+    base = tmp_path_factory.mktemp("board")
+    prompts = make_prompts(n_binding=12, n_rel=6, n_count=6)
+    cfg = {"steps": 20, "guidance": 7.0, "size": 48, "dtype": "float32"}
+    runs = []
+    for name, skill, over in (("a", 1.0, {}), ("b", 0.45, {}), ("c", 0.75, {}), ("d", 0.9, {"guidance": 3.0})):
+        runs.append(make_run(base / name, prompts=prompts, skill=skill, model=f"model-{name}", probes=False,
+                             config={**cfg, **over}))
+        render_report(runs[-1], progress=False)
+    return build_board(base / "board", runs).page
+
+
+def test_board_page_loads_offline_and_sorts_by_category_and_failure_type(board_page, tmp_path):
+    res = chromium(board_page.as_uri(), tmp_path / "c0", "--dump-dom")
+    assert res["rc"] == 0 and res["console"] == [] and res["requests"] == []
+    default = _tables(res["stdout"]).tables
+    assert set(default) == {"G1", "G2"}
+    g1 = default["G1"]
+    assert [r["run"] for r in g1["rows"]][0] == "a"  # rank order first
+    failure_keys = [k for k in g1["keys"] if k and k.startswith("f:")]
+    assert failure_keys and "c:counting" in g1["keys"]
+    for key in ("c:counting", failure_keys[0]):
+        res = chromium(board_page.as_uri() + "#sort=" + key, tmp_path / key.replace(":", "-"), "--dump-dom")
+        assert res["console"] == []
+        p = _tables(res["stdout"])
+        assert p.body.get("data-sort") == key
+        t = p.tables["G1"]
+        col = t["keys"].index(key)
+        values = [float(r["v"][col]) for r in t["rows"]]
+        assert values == sorted(values, reverse=True) and t["sorted"] == key
+    # by the first failure type the weakest run leads: another order than the rank's
+    assert [r["run"] for r in t["rows"]][0] == "b"
+
+
+def test_board_page_gallery_filters_and_links(board_page, tmp_path):
+    html = board_page.read_text()
+    assert 'href="../a/report/index.html"' in html  # each run's own report
+    res = chromium(board_page.as_uri() + "#category=counting", tmp_path / "f", "--dump-dom")
+    cards = parse(res["stdout"]).cards
+    visible = [c for c in cards if "hidden" not in c]
+    assert visible and all(c["data-category"] == "counting" for c in visible) and len(visible) < len(cards)
+    _screenshot(board_page.as_uri(), tmp_path, "board.png", 2200)

@@ -1,5 +1,6 @@
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -50,9 +51,23 @@ def test_compare_pairs_ranks_and_flags_significance(runs):
     assert "Different suites" not in html
 
 
-def test_same_run_twice_shows_no_difference(runs, tmp_path):
+def _copy(run, tmp_path) -> Path:
+    """Another folder holding the same run (compare refuses one folder given twice)."""
+    return Path(shutil.copytree(run, tmp_path / f"copy-of-{Path(run).name}"))
+
+
+def test_the_same_run_given_twice_is_refused(runs, tmp_path):
     _, good, _, _ = runs
-    compare_runs([good, good], tmp_path / "same")
+    with pytest.raises(AuditError, match=r"given twice; compare needs two or more different runs"):
+        compare_runs([good, good], tmp_path / "same")
+    with pytest.raises(AuditError, match=r"given twice \(the same folder as"):  # by another name: the same folder
+        compare_runs([good, Path(good) / ".." / Path(good).name], tmp_path / "same")
+    assert not (tmp_path / "same").exists()
+
+
+def test_two_copies_of_one_run_show_no_difference(runs, tmp_path):
+    _, good, _, _ = runs
+    compare_runs([good, _copy(good, tmp_path)], tmp_path / "same")
     s = json.loads((tmp_path / "same" / "compare.json").read_text())
     (d,) = s["differences"]
     assert d["diff"] == 0 and not d["significant"] and s["disagreements"] == 0
@@ -78,7 +93,7 @@ def test_errors_name_the_problem(runs, tmp_path):
     with pytest.raises(AuditError, match="at least two runs"):
         compare_runs([good], tmp_path / "z")
     with pytest.raises(AuditError, match="no scores from scorer 'nope'"):
-        compare_runs([good, good], tmp_path / "z", scorer="nope")
+        compare_runs([good, _copy(good, tmp_path)], tmp_path / "z", scorer="nope")
     bare = make_run(tmp_path / "bare", prompts=make_prompts(n_binding=2, n_rel=1, n_count=1), scorers=(), probes=False)
     with pytest.raises(AuditError, match="no scorer has scored every run"):
         compare_runs([good, bare], tmp_path / "z")
@@ -86,7 +101,7 @@ def test_errors_name_the_problem(runs, tmp_path):
 
 def test_three_runs_every_pair_compared(runs, tmp_path):
     _, good, bad, _ = runs
-    compare_runs([good, bad, good], tmp_path / "three")
+    compare_runs([good, bad, _copy(good, tmp_path)], tmp_path / "three")
     s = json.loads((tmp_path / "three" / "compare.json").read_text())
     assert len(s["models"]) == 3 == len(set(s["models"]))
     assert len(s["differences"]) == 3  # overall: every pair
@@ -120,7 +135,74 @@ def test_compare_refuses_mixed_judge_protocols(tmp_path):
                                          r".*ours under 't2i-audit', .*theirs under 'geneval2'"):
         compare_runs(runs, tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    compare_runs([runs[0], runs[0]], tmp_path / "same")  # one protocol: compares, and says which
+    compare_runs([runs[0], _copy(runs[0], tmp_path)], tmp_path / "same")  # one protocol: compares, and says which
     s = json.loads((tmp_path / "same" / "compare.json").read_text())
     assert s["protocols"] == {"clip-foil": "t2i-audit"}
     assert "judge protocol clip-foil: <b>t2i-audit</b>" in (tmp_path / "same" / "index.html").read_text()
+
+
+def _gate(argv, monkeypatch, capsys):
+    import sys
+
+    from t2i_audit import cli
+
+    monkeypatch.setattr(sys, "argv", ["t2i-audit", "compare", *map(str, argv)])
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_regression_gate_fails_on_a_known_drop_and_names_the_categories(runs, tmp_path, monkeypatch, capsys):
+    _, good, bad, _ = runs
+    code, out, err = _gate([good, bad, "--out", tmp_path / "drop", "--fail-on-drop", "0.05"], monkeypatch, capsys)
+    assert code == 1, out + err
+    diffs = pd.read_parquet(tmp_path / "drop" / "differences.parquet")
+    cat = diffs[(diffs["group"] == "category") & (diffs["a"] == "model-good") & (diffs["b"] == "model-bad")]
+    expected = set(cat[(cat["diff"] > 0.05) & (cat["lo"] > 0)]["value"])
+    printed = set(re.findall(r"^regression: (\w+): ", out, re.M))
+    assert expected and printed == expected
+    assert "gate: FAIL" in err
+    # the same drop under a limit it does not exceed passes: the size matters, not only significance
+    largest = cat["diff"].max()
+    code, out, _ = _gate([good, bad, "--out", tmp_path / "big", "--fail-on-drop", f"{largest + 0.01:.3f}"],
+                         monkeypatch, capsys)
+    assert code == 0 and "gate: ok" in out
+
+
+def test_regression_gate_passes_without_a_drop(runs, tmp_path, monkeypatch, capsys):
+    _, good, bad, _ = runs
+    same = tmp_path / "good-copy"  # compare refuses one folder given twice: the same images under another name
+    shutil.copytree(good, same)
+    code, out, _ = _gate([good, same, "--out", tmp_path / "same", "--fail-on-drop", "0"], monkeypatch, capsys)
+    assert code == 0 and "gate: ok" in out and "regression:" not in out
+    code, out, _ = _gate([bad, good, "--out", tmp_path / "better", "--fail-on-drop", "0.05"], monkeypatch, capsys)
+    assert code == 0 and "gate: ok" in out  # the candidate improved
+
+
+def test_regression_gate_takes_two_runs_and_a_fraction(runs, tmp_path, monkeypatch, capsys):
+    _, good, bad, _ = runs
+    code, _, err = _gate([good, bad, good, "--out", tmp_path / "x", "--fail-on-drop", "0.05"], monkeypatch, capsys)
+    assert code == 2 and "--fail-on-drop compares two runs, BASE CANDIDATE; got 3" in err
+    code, _, err = _gate([good, bad, "--out", tmp_path / "y", "--fail-on-drop", "5"], monkeypatch, capsys)
+    assert code == 2 and "a fraction in [0, 1)" in err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    from typer.testing import CliRunner
+
+    from t2i_audit.cli import app
+
+    help_text = " ".join(CliRunner().invoke(app, ["compare", "--help"], env={"COLUMNS": "400"}).output.split())
+    assert "lies wholly above 0" in help_text and "by more than D" in help_text
+
+
+def test_bootstrap_units_are_twin_groups(runs, tmp_path):
+    _, good, bad, _ = runs
+    compare_runs([good, bad], tmp_path / "u")
+    s = json.loads((tmp_path / "u" / "compare.json").read_text())
+    from t2i_audit.prompts import twin_group
+
+    prompts = [json.loads(l) for l in (Path(good) / "prompts.jsonl").read_text().splitlines()]
+    assert s["differences"][0]["units"] == len({twin_group(p) for p in prompts}) < len(prompts)

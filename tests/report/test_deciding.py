@@ -67,18 +67,36 @@ def test_card_agreement_decides_and_chance_never_does(tmp_path):
 
 def test_calibration_on_the_run_beats_the_card(tmp_path):
     # measured here: judge-a agrees better on colour binding than judge-b, whose card says more
-    _calibration(tmp_path, {"judge-a": {"color_binding": {"n": 40, "accuracy": 0.95, "kappa": 0.85}},
-                            "judge-b": {"color_binding": {"n": 40, "accuracy": 0.70, "kappa": 0.35},
+    _calibration(tmp_path, {"judge-a": {"color_binding": {"n": 60, "accuracy": 0.95, "kappa": 0.85}},
+                            "judge-b": {"color_binding": {"n": 60, "accuracy": 0.70, "kappa": 0.35},
                                         "counting": {"n": 5, "accuracy": 0.1, "kappa": 0.0}}})
     d = rule.deciding_scorers([tmp_path], CATS, decided=BOTH, cards=CARDS, defaults={})
     assert d["color_binding"]["scorer"] == "judge-a"
-    assert d["color_binding"]["source"] == rule.SOURCE_RUN and d["color_binding"]["agreement"]["n"] == 40
+    assert d["color_binding"]["source"] == rule.SOURCE_RUN and d["color_binding"]["agreement"]["n"] == 60
     # 5 labels are below MIN_LABELS: no evidence, the card still decides counting
     assert d["counting"]["scorer"] == "judge-b" and d["counting"]["source"] == rule.SOURCE_CARD
     # calibration at chance excludes even a scorer whose card is good
     _calibration(tmp_path, {"judge-b": {"counting": {"n": 50, "accuracy": 0.55, "kappa": 0.04}}})
     d = rule.deciding_scorers([tmp_path], CATS, decided=BOTH, cards=CARDS, defaults={})
     assert d["counting"]["scorer"] == "judge-a" and "judge-b" in d["counting"]["excluded"]
+
+
+def test_a_partial_or_constant_calibration_does_not_overturn_a_card(tmp_path):
+    """Issue 37: 300 labels, all "yes", gave κ 0.000 and set the 97 %-accurate judge aside as at chance; the
+    headline lost two categories. κ on constant labels is undefined — no evidence — and fewer than
+    MIN_LABELS_OVER_CARD labels never replace a card's measured agreement (the reason says so)."""
+    _calibration(tmp_path, {"judge-b": {"color_binding": {"n": 300, "accuracy": 0.97, "kappa": None,
+                                                          "undefined": {"kappa": "undefined: every label is 1"}},
+                                        "counting": {"n": 30, "accuracy": 0.5, "kappa": 0.02}}})
+    d = rule.deciding_scorers([tmp_path], CATS, decided=BOTH, cards=CARDS, defaults={})
+    assert d["color_binding"]["scorer"] == "judge-b" and d["color_binding"]["source"] == rule.SOURCE_CARD
+    assert d["color_binding"]["agreement"]["kappa"] == 0.90
+    assert d["counting"]["scorer"] == "judge-b" and d["counting"]["source"] == rule.SOURCE_CARD
+    assert "set aside: fewer than 50 labels do not replace the card's measured agreement" in d["counting"]["why"]
+    # without a card's measured agreement, 10 labels of both kinds are evidence as before
+    bare = {n: {"name": n, "family": c["family"]} for n, c in CARDS.items()}
+    d = rule.deciding_scorers([tmp_path], CATS, decided=BOTH, cards=bare, defaults={})
+    assert "judge-b" in d["counting"]["excluded"] and d["counting"]["scorer"] == "judge-a"
 
 
 @pytest.mark.parametrize("names", [("aaa", "zzz"), ("zzz", "aaa")])
@@ -167,8 +185,8 @@ def test_report_and_compare_pick_the_same_deciding_scorer(mini_runs, tmp_path):
 
 def test_calibration_in_one_run_moves_both_pages_alike(mini_runs, tmp_path):
     a, b = mini_runs
-    _calibration(a, {"mini-judge": {"color_binding": {"n": 30, "accuracy": 0.97, "kappa": 0.93}},
-                     "mini-pixel": {"color_binding": {"n": 30, "accuracy": 0.80, "kappa": 0.55}}})
+    _calibration(a, {"mini-judge": {"color_binding": {"n": 60, "accuracy": 0.97, "kappa": 0.93}},
+                     "mini-pixel": {"color_binding": {"n": 60, "accuracy": 0.80, "kappa": 0.55}}})
     try:
         render_report(a, out_dir=tmp_path / "ra", progress=False)
         rep = json.loads((Path(a) / "summary.json").read_text())["report"]
@@ -206,7 +224,7 @@ def test_probe_labels_follow_the_deciding_scorer(mini_runs):
     a, _ = mini_runs
     rd = RunDir(a)
     prompts = {p["id"]: p for p in rd.read_prompts()}
-    _calibration(a, {"mini-judge": {"color_binding": {"n": 30, "accuracy": 0.97, "kappa": 0.93}}})
+    _calibration(a, {"mini-judge": {"color_binding": {"n": 60, "accuracy": 0.97, "kappa": 0.93}}})
     try:
         rates, used = success_rates(rd)
     finally:
@@ -237,7 +255,7 @@ def test_probe_and_predict_name_the_scorer_behind_the_labels(tmp_path):
     model = str(materialize("tiny-sd"))
     run = make_run(tmp_path / "run", prompts=make_prompts(n_binding=24, n_rel=12, n_count=9),
                    scorers=("mini-judge", "mini-pixel"), skill=0.7, probes=False, size=16)
-    _calibration(run, {"mini-judge": {"color_binding": {"n": 30, "accuracy": 0.97, "kappa": 0.93}}})
+    _calibration(run, {"mini-judge": {"color_binding": {"n": 60, "accuracy": 0.97, "kappa": 0.93}}})
     res = run_probe_stage(run, model=model, layers="final", poolings=("eos",), n_boot=50, progress=False)
     expected = {"color_binding": "mini-judge", "counting": "mini-pixel", "spatial": "mini-pixel"}
     assert {c: d["scorer"] for c, d in res["labels_from"].items()} == expected

@@ -158,11 +158,18 @@ def test_probes_section_reads_probe_files(rendered):
     assert "Spearman ρ 0.36 [0.06, 0.66]" in html  # the row with points gets a scatter
 
 
+def _copy(run, tmp_path) -> Path:
+    """Another folder holding the same run (compare refuses one folder given twice)."""
+    import shutil
+
+    return Path(shutil.copytree(run, tmp_path / "copy"))
+
+
 def test_report_never_imports_torch(run_dir, tmp_path):
     code = ("import sys; from t2i_audit.report import render_report, compare_runs; "
             "from t2i_audit.report import cli; "
             f"render_report({str(run_dir)!r}, out_dir={str(tmp_path / 'o')!r}, progress=False); "
-            f"compare_runs([{str(run_dir)!r}, {str(run_dir)!r}], {str(tmp_path / 'c')!r}); "
+            f"compare_runs([{str(run_dir)!r}, {str(_copy(run_dir, tmp_path))!r}], {str(tmp_path / 'c')!r}); "
             "bad = [m for m in ('torch', 'transformers', 'diffusers', 'open_clip') if m in sys.modules]; "
             "assert not bad, bad; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -182,7 +189,7 @@ def test_cli_report_and_compare(run_dir, tmp_path):
     res = CliRunner().invoke(app, ["report", str(run_dir), "--out", str(tmp_path / "rep"), "-q"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "rep" / "index.html").is_file()
-    res = CliRunner().invoke(app, ["compare", str(run_dir), str(run_dir), "--out", str(tmp_path / "cmp")])
+    res = CliRunner().invoke(app, ["compare", str(run_dir), str(_copy(run_dir, tmp_path)), "--out", str(tmp_path / "cmp")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "cmp" / "compare.json").is_file()
 

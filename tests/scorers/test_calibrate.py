@@ -118,3 +118,38 @@ def test_export_sheet(run, tmp_path):
         w.writerows(rows)
     rep = calibrate(run, tmp_path / "filled.csv", n_boot=0, write=False)["scorers"]["vqa-blip"]
     assert rep["levels"]["prompt"]["all"]["n"] == N and rep["levels"]["question"]["all"]["n"] == N
+
+
+def test_constant_labels_leave_kappa_undefined_and_the_command_says_what_it_changes(run, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """Issue 37: every label "yes" gave κ 0.000 — a 97 %-accurate judge then read as at chance and left the
+    headline. κ is undefined on constant labels (stored None with the reason, printed "undefined"), and the command
+    ends by saying which scorer decides each category afterwards and why a calibration was set aside."""
+    import sys
+
+    from t2i_audit import cli
+
+    labels = write_labels(tmp_path / "yes.csv", [(f"p{i:012d}", 0, "", 1) for i in range(N)])
+    m = calibrate(run, labels, n_boot=50, write=False)["scorers"]["vqa-blip"]["levels"]["prompt"]["all"]
+    assert m["kappa"] is None and m["kappa_ci"] == (None, None)
+    assert m["undefined"]["kappa"] == "undefined: every label is 1"
+    assert m["accuracy"] == pytest.approx(sum(VERDICTS) / N)  # a rate stays defined
+    monkeypatch.setattr(sys, "argv", ["t2i-audit", "calibrate", str(run.root), "--labels", str(labels),
+                                      "--bootstrap", "50"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    out = capsys.readouterr().out
+    assert exited.value.code in (0, None), out
+    assert "kappa=undefined" in out and "(κ undefined: every label is 1)" in out and "kappa=0.000" not in out
+    tail = out[out.index("which scorer decides each category"):].splitlines()
+    assert tail[1].startswith("  color: vqa-blip (") and tail[1].endswith("— unchanged"), tail
+
+
+def test_help_states_the_labels_measured_agreement_needs():
+    from typer.testing import CliRunner
+
+    from t2i_audit.cli import app
+    from t2i_audit.deciding import MIN_LABELS, MIN_LABELS_OVER_CARD
+
+    text = " ".join(CliRunner().invoke(app, ["calibrate", "--help"]).output.replace("│", " ").split())
+    assert f"{MIN_LABELS_OVER_CARD} labels ({MIN_LABELS} where the scorer's card has no measured agreement)" in text

@@ -48,17 +48,24 @@ class Case:
     quick: bool = False  # the valid call runs whole in about a second: run it (exit 0)
     progress: bool = False  # prints progress although its source does not say "progress"
     xfail: dict[str, str] = field(default_factory=dict)  # "<property>:<param>" → reason (another's fix)
+    # (tests/spine/test_command_safety.py) the path parameters naming a folder this call writes into — its
+    # writer lock is held while it runs — and, per input parameter, the record kinds (t2i_audit.records) read there
+    writes: set[str] = field(default_factory=set)
+    reads: dict[str, set[str]] = field(default_factory=dict)
 
+
+RUN_READS = {"prompts", "images", "scores", "manifest", "summary", "calibration"}  # what a run's report reads
 
 CASES: dict[str, Case] = {
     "run": Case(["run", "--model", "mini", "--prompts", "{prompts}", "--limit", "4", "-n", "1", "--stages", "prompts",
                  "--out", "{out}"],
                 {"prompts": IN_FILE, "config": IN_FILE, "out": OUT_DIR}, {"prompts": "SUITE", "config": "CONFIG"},
-                quick=True),
+                quick=True, writes={"out"}, reads={"out": {"images", "image-shard", "prompts"}}),
     "models": Case(["models"], {}, quick=True),
     "verify": Case(["verify", "{run_dir}"], {"run_dir": IN_DIR}, {"run_dir": "RUN"}),  # synthetic: not pristine
+    # (verify reads every record kind, and reports what its readers refuse: test_command_safety.py)
     "label": Case(["label", "{run_dir}", "--n", "2", "--out", "{out}"], {"run_dir": IN_DIR, "out": OUT_FILE},
-                  {"run_dir": "RUN"}, quick=True, progress=True),
+                  {"run_dir": "RUN"}, quick=True, progress=True, reads={"run_dir": {"prompts", "images", "manifest"}}),
     "prompts validate": Case(["prompts", "validate", "{files}"], {"files": IN_FILE}, {"files": "SUITE"}, quick=True),
     "prompts show": Case(["prompts", "show", "{file}"], {"file": IN_FILE}, {"file": "SUITE"}, quick=True),
     "prompts export": Case(["prompts", "export", "{files}", "--out", "{out}"], {"files": IN_FILE, "out": OUT_FILE},
@@ -67,29 +74,42 @@ CASES: dict[str, Case] = {
                            {"file": IN_FILE, "vocab": IN_FILE, "out": OUT_FILE},
                            {"file": "GENEVAL", "vocab": "SUITE"}, quick=True),
     "score": Case(["score", "{run}", "-s", "mini-pixel", "--device", "cpu"], {"run": IN_DIR, "card": IN_FILE},
-                  {"run": "RUN", "card": "CARD"}),
+                  {"run": "RUN", "card": "CARD"}, writes={"run"},
+                  reads={"run": {"prompts", "images", "scores", "manifest", "score-shard"}}),
     "scorers": Case(["scorers"], {"card": IN_FILE}, {"card": "CARD"}, quick=True),
     "calibrate": Case(["calibrate", "{run}", "--labels", "{labels}", "--bootstrap", "10"],
                       {"run": IN_DIR, "labels": IN_FILE, "export_sheet": OUT_FILE, "card": IN_FILE},
-                      {"run": "RUN", "labels": "LABELS", "card": "CARD"}, quick=True),
-    "probe": Case(["probe", "{run}", "--model", "mini"], {"run": IN_DIR}, {"run": "RUN"}),
+                      {"run": "RUN", "labels": "LABELS", "card": "CARD"}, quick=True, writes={"run"},
+                      reads={"run": {"prompts", "images", "scores", "calibration"}}),
+    "probe": Case(["probe", "{run}", "--model", "mini"], {"run": IN_DIR}, {"run": "RUN"}, writes={"run"},
+                  reads={"run": {"prompts", "images", "scores", "manifest", "summary", "calibration",
+                                 "activation-index"}}),
     "predict": Case(["predict", "--model", "mini", "--prompts", "{prompts}", "--from", "{from_run}", "--out", "{out}"],
                     {"prompts": IN_FILE, "from_run": IN_DIR, "out": OUT_FILE}, {"prompts": "JSONL", "from_run": "RUN"},
-                    progress=True),
+                    progress=True, reads={"from_run": {"failure-probe"}}),
     "select": Case(["select", "--from", "{from_run}", "--limit", "4", "--out", "{out}"],
-                   {"from_run": IN_DIR, "prompts": IN_FILE, "out": OUT_DIR}, {"from_run": "RUN", "prompts": "SUITE"}),
-    "report": Case(["report", "{run}", "--out", "{out}"], {"run": IN_DIR, "out": OUT_DIR}, {"run": "RUN"}, quick=True),
+                   {"from_run": IN_DIR, "prompts": IN_FILE, "out": OUT_DIR}, {"from_run": "RUN", "prompts": "SUITE"},
+                   writes={"out"}, reads={"from_run": {"early-probes"}}),
+    "report": Case(["report", "{run}", "--out", "{out}"], {"run": IN_DIR, "out": OUT_DIR}, {"run": "RUN"}, quick=True,
+                   writes={"run", "out"}, reads={"run": RUN_READS}),
     "compare": Case(["compare", "{runs}", "@RUN2", "--out", "{out}"], {"runs": IN_DIR, "out": OUT_DIR},
-                    {"runs": "RUN"}, quick=True),
-    "mini train-judge": Case(["mini", "train-judge", "--smoke", "--out", "{out}"], {"out": OUT_DIR}),
-    "mini train-generator": Case(["mini", "train-generator", "--smoke", "--out", "{out}"], {"out": OUT_DIR}),
+                    {"runs": "RUN"}, quick=True, writes={"out"}, reads={"runs": RUN_READS}),
+    "board": Case(["board", "{runs}", "--out", "{out}"], {"runs": IN_DIR, "out": OUT_DIR}, {"runs": "REPORTED"},
+                  quick=True, writes={"out"}, reads={"runs": {"prompts", "manifest", "scores", "calibration"}}),
+    "mini train-judge": Case(["mini", "train-judge", "--smoke", "--out", "{out}"], {"out": OUT_DIR}, writes={"out"}),
+    "mini train-generator": Case(["mini", "train-generator", "--smoke", "--out", "{out}"],
+                                 {"out": OUT_DIR, "track": OUT_DIR}, writes={"out"}),
+    # a run folder stands in for a training output (OUTPUT_DIR must be a folder; its checkpoints are found later)
+    "track": Case(["track", "{output_dir}", "--model", "mini", "--prompts", "{prompts}", "--limit", "2", "--out", "{out}"],
+                  {"output_dir": IN_DIR, "prompts": IN_FILE, "out": OUT_DIR}, {"output_dir": "RUN", "prompts": "SUITE"},
+                  writes={"out"}),
     "mini eval-judges": Case(["mini", "eval-judges", "--judge", "{judge}", "--n", "1", "--no-write"],
                              {"judge": IN_DIR}, {"judge": "JUDGE"}),
     "mini eval-generator": Case(["mini", "eval-generator", "--model", "{model}", "--suite", "{suite}", "--samples", "1",
                                  "--limit", "1", "--no-write", "--grid", "{grid}"],
                                 {"model": IN_DIR, "suite": IN_FILE, "grid": OUT_FILE},
                                 {"model": "GENERATOR", "suite": "SUITE"}),
-    "mini sweep": Case(["mini", "sweep", "--smoke", "--out", "{out}"], {"out": OUT_DIR}),
+    "mini sweep": Case(["mini", "sweep", "--smoke", "--out", "{out}"], {"out": OUT_DIR}, writes={"out"}),
     "mini render": Case(["mini", "render", "a red circle", "--out", "{out}"], {"out": OUT_FILE}, quick=True),
 }
 
@@ -190,10 +210,14 @@ def world(tmp_path_factory, repo_root) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("world")
     prompts = make_prompts(n_binding=2, n_rel=1, n_count=1)
     w = {"RUN": make_run(root / "run", prompts=prompts, samples=1, black=0),
+         "REPORTED": make_run(root / "reported", prompts=prompts, samples=1, black=0, config={"steps": 4}),
          "RUN2": make_run(root / "run2", prompts=prompts, samples=1, black=0, skill=0.5),
          "SUITE": root / "mini.yaml", "JSONL": root / "run" / "prompts.jsonl", "LABELS": root / "labels.csv",
          "CARD": root / "card.yaml", "GENEVAL": root / "evaluation_metadata.jsonl", "CONFIG": root / "cfg" / "run.yaml",
          "JUDGE": WEIGHTS / "judge", "GENERATOR": WEIGHTS / "generator"}
+    from t2i_audit.report import render_report
+
+    render_report(w["REPORTED"], progress=False)  # the board reads runs a report finished
     shutil.copy(repo_root / "prompts" / "mini.yaml", w["SUITE"])
     shutil.copy(repo_root / "tests" / "fixtures" / "import" / "geneval_metadata.jsonl", w["GENEVAL"])
     export_sheet(w["RUN"], w["LABELS"], per="question")

@@ -288,7 +288,7 @@ def test_a_moved_run_is_repaired_where_it_now_is(repo_root, run, tmp_path):
 
 def test_verify_json_lists_every_category_it_checks(run):
     data = json.loads(verify_cli(run.root, "--json").stdout)
-    every = {"json", "images", "scores", "activations", "records", "stray", "stages"}
+    every = {"json", "fields", "images", "scores", "activations", "records", "stray", "stages"}
     assert data["ok"] and set(data["checks"]) == set(data["summary"]) == every  # clean ones too
     assert all(data["summary"][c]["damaged"] == 0 and data["checks"][c] for c in every)
 

@@ -43,7 +43,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ...errors import AuditError
-from ...rundir import atomic_write_json, atomic_write_jsonl, file_sha256, read_jsonl
+from ...records import read_records
+from ...rundir import atomic_write_json, atomic_write_jsonl, file_sha256
 from ...safeload import read_cache_json, read_json
 
 CHUNK = 256
@@ -90,9 +91,12 @@ def resolve_text_encoders(model: str) -> dict:
     return {"model": model, "path": str(path), "revision": revision, "text_encoders": encoders}
 
 
-def encoder_fingerprint(path: str, enc: dict, revision: str | None) -> str:
-    """Changes when the encoder's config, weights files or tokenizer change."""
+def encoder_fingerprint(path: str, enc: dict, revision: str | None, variant=None) -> str:
+    """Changes when the encoder's config, weights files or tokenizer change, or the run's variant
+    (``variant``: LoRAs, replaced components; t2i_audit.variants) does."""
     h = hashlib.sha1(json.dumps([enc, revision]).encode())
+    if variant:
+        h.update(f"variant {variant.key()}".encode())
     for sub in (enc["name"], enc["tokenizer"]):
         folder = Path(path) / sub
         if folder.is_dir():
@@ -172,10 +176,10 @@ def arrays_intact(enc_dir: Path, meta: dict) -> bool:
 def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, layers: str = "all",
                              poolings: Sequence[str] = ("eos", "mean", "slot"), device: str = "cpu",
                              dtype: str | None = None, batch_size: int = 32,
-                             progress: bool = True, state=None) -> dict[str, dict]:
+                             progress: bool = True, state=None, variant=None) -> dict[str, dict]:
     """Every text encoder of ``model`` → ``out_dir/<encoder>/``, in the pipeline's own mode
     (see pipeline_text.py); returns ``{encoder: meta}`` (``{}`` on a non-main process).
-    Finished encoders are not redone.
+    Finished encoders are not redone. ``variant``: LoRAs / replaced components applied (t2i_audit.variants).
 
     Under ``accelerate launch`` each process encodes a contiguous share of the chunks into their
     own part files (``device`` is this process's); the main process merges once all are there.
@@ -191,7 +195,7 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
     bad = set(poolings) - {"eos", "mean", "slot"}
     if bad:
         raise AuditError(f"--poolings: unknown {sorted(bad)} (choose from eos, mean, slot)")
-    card = resolve_model(model)
+    card = resolve_model(model).with_variant(variant)
     path = card.pretrained_path()
     encoders = card.text_encoders
     if not encoders:
@@ -209,7 +213,7 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
         mode["one_prompt_at_a_time"] = True
     state = state or process_state(device)
     state.wait_for_everyone()  # no process reads what the main one is still merging
-    fps = {e["name"]: encoder_fingerprint(path, e, card.revision) for e in encoders}
+    fps = {e["name"]: encoder_fingerprint(path, e, card.revision, card.adapted) for e in encoders}
     keys = {name: _encoder_key(fp, layers, poolings, ids, mode) for name, fp in fps.items()}
     metas = {name: m for name in keys if (m := _finished(Path(out_dir) / name, keys[name])) is not None}
     todo = [name for name in keys if name not in metas]
@@ -227,7 +231,7 @@ def extract_text_activations(prompts: list[dict], out_dir: Path, model: str, *, 
                    if not all(has_info[n] and (parts[n] / f"part_{c:05d}.npz").exists() for n in todo)]
     if missing:  # a process whose chunks are all on disk loads nothing
         pipe = load_text_pipeline(path, revision=card.revision, variant=card.variant, device=device, dtype=dtype,
-                                  components=card.load_components(dtype, text_only=True))
+                                  components=card.load_components(dtype, text_only=True), card=card)
         encoder = PipelineTextEncoder(pipe, card.call)
         if progress and main:
             print(f"[probe] text encoders {', '.join(todo)}: {len(ids)} prompts through "
@@ -303,7 +307,7 @@ def load_activations(enc_dir: Path) -> tuple[dict, list[str]]:
         raise AuditError(f"{e}; rerun `t2i-audit probe` to extract it again") from None
     if not isinstance(meta, dict):
         raise AuditError(f"{enc_dir / 'meta.json'}: not a JSON object; rerun `t2i-audit probe` to extract it again")
-    ids = [r["prompt_id"] for r in read_jsonl(enc_dir / "index.jsonl")]
+    ids = [r["prompt_id"] for r in read_records(enc_dir / "index.jsonl", "activation-index")]
     return meta, ids
 
 

@@ -346,23 +346,26 @@ def run_settings(rd: RunDir, card, device: str) -> dict:
 
 def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device: str = "cpu",
                                  timesteps: Sequence[int] | None = None, batch_size: int | None = None,
-                                 base_seed: int | None = None, progress: bool = True, state=None) -> dict:
+                                 base_seed: int | None = None, progress: bool = True, state=None,
+                                 variant=None) -> dict:
     """Hook the denoiser while replaying the run's prompts (sample 0) with its settings, in the
     generation's planned batches; returns meta (``{}`` on a non-main process).
 
     Under ``accelerate launch`` each process replays a contiguous share of the chunks into its own
     part files (``device`` is this process's); a chunk is a fixed run of whole planned batches
     whatever the process count, so every batch is the one generation made. The main process merges.
+    ``variant``: the run's LoRAs / replaced components (t2i_audit.variants), applied as generation applied them.
     """
     from ...generate import load_pipeline
     from ...models import resolve_model
     from ...processes import process_state
+    from ...variants import cache_key
 
     rd = rd if isinstance(rd, RunDir) else RunDir(rd)
     state = state or process_state(device)
     state.wait_for_everyone()  # no process reads what the main one is still merging
     prompts = rd.read_prompts()
-    card = resolve_model(model)
+    card = resolve_model(model).with_variant(variant)
     s = run_settings(rd, card, device)
     # The generation's own batches (generate.plan_batches): CPU and GPU kernels round differently for
     # other batch-mates, so only a replay of the planned batch is the trajectory of the scored image.
@@ -373,7 +376,7 @@ def extract_denoiser_activations(rd: RunDir | str | Path, model: str, *, device:
     seed_of = _seed_of(rd, s["seed"] if base_seed is None else base_seed)
     ids = [p["id"] for p in prompts]
     seeds = [[seed_of(p["id"], k) for p, k in b] for b in plan]
-    key = hashlib.sha1(json.dumps([card.source, card.revision, s, at, ids, seeds, batch_size, 3],
+    key = hashlib.sha1(json.dumps([card.source, card.revision, s, at, ids, seeds, batch_size, 3, *cache_key(card)],
                                   default=str, sort_keys=True).encode()).hexdigest()[:16]
     enc_dir = rd.activations_dir / "denoiser"
     meta_path = enc_dir / "meta.json"

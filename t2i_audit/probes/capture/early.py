@@ -56,6 +56,12 @@ def step_at(fraction: float, n_steps: int) -> int:
     return max(0, math.ceil(fraction * n_steps - 1e-9) - 1)
 
 
+def step_label(index: int, loop_steps: int) -> str:
+    """How every command names a loop step: iterations done, of the loop ("step 4/20" for loop index 3) —
+    `probe --early`, `select --study`, the binding study and the report alike."""
+    return f"step {index + 1}/{loop_steps}"
+
+
 def slot_positions(pipe, texts: Sequence[str], prompts: Sequence[dict], call: dict | None):
     """Per prompt: ``{slot: key positions}``, the word-token positions, and the sequence length, from the
     pipeline's own tokenizer call (its first text encoder: SDXL's two CLIPs tokenize alike)."""
@@ -181,12 +187,13 @@ class PreviewJudge:
 
 def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str = "cpu",
                            fractions: Sequence[float] = DEFAULT_FRACTIONS, previews: bool = True,
-                           progress: bool = True, state=None) -> dict:
+                           progress: bool = True, state=None, variant=None) -> dict:
     """Replay every image's first steps in the generation's planned batches; store per-image features.
-    Returns meta (``{}`` on a non-main process)."""
+    Returns meta (``{}`` on a non-main process). ``variant``: the run's LoRAs / components (t2i_audit.variants)."""
     from ...generate import load_pipeline
     from ...models import resolve_model
     from ...processes import process_state
+    from ...variants import cache_key
     from .denoiser import run_settings
 
     rd = rd if isinstance(rd, RunDir) else RunDir(rd)
@@ -196,7 +203,7 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
     images = {(r["prompt_id"], int(r.get("sample", 0))): r for r in rd.read_images()}
     if not images:
         raise AuditError(f"{rd.images}: no images; run the generate stage first")
-    card = resolve_model(model)
+    card = resolve_model(model).with_variant(variant)
     s = run_settings(rd, card, device)
     steps = sorted({step_at(f, s["steps"]) for f in fractions})
     plan = [[(p, k) for p, k in b if (p["id"], k) in images]
@@ -206,7 +213,8 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
         raise AuditError(f"{rd.images}: images not in the run's batch plan (other prompts or samples)")
     rows = [(p["id"], k) for b in plan for p, k in b]
     seeds = [[int(images[(p["id"], k)]["seed"]) for p, k in b] for b in plan]
-    key = hashlib.sha1(json.dumps([card.source, card.revision, s, steps, previews, rows, seeds, FORMAT],
+    key = hashlib.sha1(json.dumps([card.source, card.revision, s, steps, previews, rows, seeds, FORMAT,
+                                   *cache_key(card)],
                                   default=str, sort_keys=True).encode()).hexdigest()[:16]
     enc_dir = rd.activations_dir / "early"
     meta_path = enc_dir / "meta.json"
@@ -226,8 +234,8 @@ def extract_early_features(rd: RunDir | str | Path, model: str, *, device: str =
     pipe = load_pipeline(card, device, s["dtype"]) if missing else None
     judge = PreviewJudge(rd, prompts, device) if (missing and previews) else None
     if progress and main:
-        print(f"[early] {len(rows)} images replayed to step {max(steps)} of {s['steps']} (steps {steps}) in "
-              f"{len(plan)} planned batches", file=sys.stderr)
+        print(f"[early] {len(rows)} images replayed to {step_label(max(steps), s['steps'])} (read at "
+              f"{', '.join(step_label(i, s['steps']) for i in steps)}) in {len(plan)} planned batches", file=sys.stderr)
     for c in missing:
         acc: dict[str, list] = {}
         for b in range(c * per_chunk, min((c + 1) * per_chunk, len(plan))):
@@ -271,11 +279,11 @@ def load_early(rd: RunDir) -> tuple[dict[str, np.ndarray], list[tuple[str, int]]
 def load_feature_folder(folder, missing: str) -> tuple[dict[str, np.ndarray], list[tuple[str, int]], dict]:
     """Arrays, (prompt_id, sample) rows and meta.json of a per-image feature folder (early, trajectory);
     ``missing``: what to tell the user when it has not been made."""
-    from ...rundir import read_jsonl
+    from ...records import read_records
     from ...safeload import read_json
 
     if not (folder / "meta.json").exists():
         raise AuditError(f"{folder}: {missing}")
     meta = read_json(folder / "meta.json")
-    rows = [(r["prompt_id"], int(r["sample"])) for r in read_jsonl(folder / "index.jsonl", strict=True)]
+    rows = [(r["prompt_id"], int(r["sample"])) for r in read_records(folder / "index.jsonl", "activation-index", strict=True)]
     return {n: np.load(folder / f"{n}.npy") for n in meta["arrays"]}, rows, meta

@@ -124,9 +124,17 @@ def encode_kwargs(pipe, call: dict | None) -> dict:
 
 
 def load_text_pipeline(path: str, *, revision: str | None = None, variant: str | None = None,
-                       device: str = "cpu", dtype: str = "float32", components: dict | None = None):
+                       device: str = "cpu", dtype: str = "float32", components: dict | None = None, card=None):
     """The pipeline with only its tokenizers and text encoders loaded (UNet/transformer/VAE = None);
-    ``components``: loaded objects for what the repo does not ship (``ModelCard.load_components``)."""
+    ``components``: loaded objects for what the repo does not ship (``ModelCard.load_components``); ``card``:
+    the model card whose variant (``card.adapted``: replaced text encoders, LoRAs) applies, as in
+    generate.load_pipeline."""
+    from ...reuse import active
+
+    session = active()
+    if session is not None and card is not None:  # t2i-audit track: the text encoders of the held pipeline
+        return session.text_pipeline(card, device, dtype, lambda base: load_text_pipeline(
+            path, revision=revision, variant=variant, device=device, dtype=dtype, components=components, card=base))
     import torch
     from diffusers import DiffusionPipeline
 
@@ -137,6 +145,11 @@ def load_text_pipeline(path: str, *, revision: str | None = None, variant: str |
     skip = {k: None for k, v in index.items()
             if not k.startswith("_") and isinstance(v, list)
             and not k.startswith(("text_encoder", "tokenizer", "scheduler"))}
+    adapted = card.adapted if card is not None else None
+    if adapted:
+        from ...variants.load import load_replacements
+
+        components = {**(components or {}), **load_replacements(card, dtype, text_only=True)}
     kw = {"revision": revision, "dtype": getattr(torch, dtype), **skip, **(components or {})}
     if variant and dtype != "float32":  # as generate.load_pipeline: fp16 files only for a half-precision run
         kw["variant"] = variant
@@ -144,6 +157,10 @@ def load_text_pipeline(path: str, *, revision: str | None = None, variant: str |
         pipe = DiffusionPipeline.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
         raise AuditError(f"{path}: cannot load the pipeline's text encoders: {e}") from None
+    if adapted and adapted.loras:  # the text-encoder part of load_lora_weights (variants/load.py)
+        from ...variants.load import apply_loras
+
+        apply_loras(pipe, adapted, text_only=True)
     for name in text_components(pipe):
         getattr(pipe, name).to(device).eval()
     return pipe

@@ -22,14 +22,14 @@ import numpy as np
 
 from ...rundir import RunDir, atomic_write_json
 from ...clusters import holm, p_from_ci
-from .risks import Risks, layout
+from .risks import Risks, layout, too_small
 
 EARLY = ("attention", "pooled", "probe")
 
 
 def study(rd: RunDir, *, seed: int = 0, n_boot: int = 1000, n_splits: int = 5, progress: bool = True) -> dict:
     from ... import stats
-    from ..capture.early import load_early
+    from ..capture.early import load_early, step_label
     from ..early_stage import image_verdicts
     from ..fit.linear import onehot_constituents
     from ..fit.per_image import design
@@ -53,8 +53,9 @@ def study(rd: RunDir, *, seed: int = 0, n_boot: int = 1000, n_splits: int = 5, p
     tests: dict = {}
     for cat in sorted({str(p.get("category")) for p in prompts}):
         lay = layout(cat, prompts, row_of, verdicts, S, n_splits=n_splits, seed=seed)
-        if len(set(lay.groups.tolist())) < 5 or len(np.unique(lay.y_fail)) < 2:
-            out["categories"][cat] = {"skipped": f"{len(set(lay.groups.tolist()))} twin groups"}
+        why = too_small(lay)
+        if why:
+            out["categories"][cat] = {"skipped": why}
             continue
         R = Risks(lay, rd.probes_dir / ".selection_cache", seed=seed, tag=meta["key"])
         y, g = lay.y_fail, lay.image_groups
@@ -84,7 +85,8 @@ def study(rd: RunDir, *, seed: int = 0, n_boot: int = 1000, n_splits: int = 5, p
                                             "families": per}
             if progress:
                 best = max(per, key=lambda f: per[f]["auroc"]["auroc"])
-                print(f"[binding] {cat} step {step + 1}: best {best} {per[best]['auroc']['auroc']:.3f} "
+                print(f"[binding] {cat} {step_label(step, meta['loop_steps'])}: best {best} "
+                      f"{per[best]['auroc']['auroc']:.3f} "
                       f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
         out["categories"][cat] = res
     adj = holm(tests)

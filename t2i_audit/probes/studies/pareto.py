@@ -42,9 +42,10 @@ import numpy as np
 from ...rundir import RunDir, atomic_write_json, atomic_write_jsonl
 from ...clusters import GroupBootstrap, holm, normal_p
 from ...select.choose import nested
+from ...select.minimums import seeds_refusal
 from ...select.policies import Staged, Whole, WholeJudged, grid, on_curve, simulate, whole_curve
 from . import preregistered, preregistered_replication
-from .risks import Risks, layout
+from .risks import Risks, layout, too_small
 
 BUDGET_IMAGES = (1, 1.5, 1.8, 2, 2.5, 3, 4, 5, 6, 8)  # budgets in whole images' worth of loop iterations
 SCORES = ("probe", "x0", "x0-fitted", "cfg", "rawmaps")  # rawmaps: the binding study's best spatial family (exploration)
@@ -62,8 +63,9 @@ def _unit_seconds(path: Path | None) -> dict | None:
 
 
 def scores_for(lay, R: Risks, arrays: dict, traj: dict | None, traj_rows: dict | None, steps: list[int],
-               onehot: np.ndarray, progress: bool) -> dict:
+               onehot: np.ndarray, progress: bool, loop_steps: int = 0) -> dict:
     """score → loop step → (P, S) risk."""
+    from ..capture.early import step_label
     from ..fit.per_image import design
 
     out: dict = {s: {} for s in SCORES}
@@ -80,7 +82,8 @@ def scores_for(lay, R: Risks, arrays: dict, traj: dict | None, traj_rows: dict |
             raw = np.hstack([np.asarray(traj[f"rawmaps__t{step:03d}"], np.float32)[traj_rows], onehot])
             out["rawmaps"][step] = R.oof(f"rawmaps-t{step}", raw)  # the binding study's fit (same cache entry)
         if progress:
-            print(f"[selection] {lay.category} step {step}: risks ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+            print(f"[selection] {lay.category} {step_label(step, loop_steps)}: risks ({time.perf_counter() - t0:.0f}s)",
+                  file=sys.stderr)
     return {k: v for k, v in out.items() if v}
 
 
@@ -225,6 +228,7 @@ def study(rd: RunDir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, b
     verdicts, deciding, other_scores = image_verdicts(rd, prompts)
     row_of = {key: i for i, key in enumerate(rows)}
     S = 1 + max(k for _, k in rows)
+    layouts = refuse_unless_studiable(rd, prompts, row_of, verdicts, S, n_splits=n_splits, seed=seed)
     T, steps = int(meta["loop_steps"]), list(meta["steps"])
     budgets = budgets or sorted({round(x * T) for x in BUDGET_IMAGES if x <= S})
     onehot, _ = onehot_constituents([by_id[pid] for pid, _ in rows])
@@ -248,13 +252,13 @@ def study(rd: RunDir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, b
     outcomes: list[dict] = []
     exploration: dict = {}
     for cat in sorted({str(p.get("category")) for p in prompts}):
-        lay = layout(cat, prompts, row_of, verdicts, S, n_splits=n_splits, seed=seed)
-        if len(set(lay.groups.tolist())) < 5 or len(np.unique(lay.y_fail)) < 2:
-            result["categories"][cat] = {"skipped": f"{lay.shape[0]} prompts in {len(set(lay.groups.tolist()))} "
-                                                    "twin groups with every seed judged"}
+        lay = layouts[cat]
+        why = too_small(lay)
+        if why:
+            result["categories"][cat] = {"skipped": why}
             continue
         R = Risks(lay, cache, seed=seed, tag=meta["key"])
-        scores = scores_for(lay, R, arrays, traj, traj_rows, steps, onehot, progress)
+        scores = scores_for(lay, R, arrays, traj, traj_rows, steps, onehot, progress, loop_steps=T)
         boot = GroupBootstrap(lay.groups, n_boot, seed)
         curve = whole_curve(lay.success, T)
         whole = [Whole(n) for n in range(1, S + 1)]
@@ -336,6 +340,37 @@ def study(rd: RunDir, *, seed: int = 0, n_boot: int = 2000, n_splits: int = 5, b
                              "above_whole_images_after_holm": sorted(above),
                              "below_whole_images_after_holm": sorted(below)}
     return result, outcomes
+
+
+def refuse_unless_studiable(rd: RunDir, prompts: list[dict], row_of: dict, verdicts: dict, seeds: int, *,
+                            n_splits: int = 5, seed: int = 0) -> dict:
+    """Every category's layout, or an AuditError (nothing written) when the run has one seed per prompt or no
+    category holds the minimum (risks.too_small): the study would be NaN or empty."""
+    from ...errors import AuditError
+
+    refusal = seeds_refusal(rd.root, seeds, "the selection study")
+    if refusal:
+        raise AuditError(refusal)
+    layouts = {cat: layout(cat, prompts, row_of, verdicts, seeds, n_splits=n_splits, seed=seed)
+               for cat in sorted({str(p.get("category")) for p in prompts})}
+    reasons = {cat: too_small(lay) for cat, lay in layouts.items()}
+    if all(reasons.values()):
+        raise AuditError(f"{rd.root}: no category can be studied — " + "; ".join(
+            f"{cat}: {why}" for cat, why in reasons.items()) + ". Make more prompts (a larger --limit, or none) or "
+            "more seeds (-n) with the command that made the run, then `t2i-audit probe RUN --early` again")
+    return layouts
+
+
+def preflight(run_dir) -> None:
+    """The study's refusals before any work (``select --study --binding`` captures for minutes first)."""
+    from ..capture.early import load_early
+    from ..early_stage import image_verdicts
+
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    _, rows, _ = load_early(rd)
+    prompts = rd.read_prompts()
+    verdicts, _, _ = image_verdicts(rd, prompts)
+    refuse_unless_studiable(rd, prompts, {k: i for i, k in enumerate(rows)}, verdicts, 1 + max(k for _, k in rows))
 
 
 def rand_of(lay) -> np.ndarray:

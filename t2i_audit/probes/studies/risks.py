@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ...scenes import prompt_groups
+from ...select.minimums import MIN_TWIN_GROUPS
 from ..fit import per_image
 
 
@@ -81,6 +82,18 @@ def layout(category: str, prompts: list[dict], row_of: dict, verdicts: dict, see
         for f, (_, te) in enumerate(lay.folds):
             lay.fold_of_prompt[np.unique(te // seeds)] = f
     return lay
+
+
+def too_small(lay: "Layout") -> str | None:
+    """Why ``lay`` (one category) cannot be studied, with the minimum; None when it can."""
+    n_groups = len(set(lay.groups.tolist()))
+    outcomes = len(np.unique(lay.y_fail))
+    if n_groups >= MIN_TWIN_GROUPS and outcomes == 2:
+        return None
+    have = "both outcomes" if outcomes == 2 else "every image passing" if lay.y_fail.sum() == 0 and len(lay.y_fail) \
+        else "every image failing" if len(lay.y_fail) else "no image judged"
+    return (f"{lay.shape[0]} prompts in {n_groups} twin groups with every seed judged, {have}; a category needs "
+            f"≥ {MIN_TWIN_GROUPS} twin groups with both a passing and a failing image")
 
 
 class Risks:

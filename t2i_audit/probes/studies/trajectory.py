@@ -172,10 +172,13 @@ def replay(pipe, batch: list[tuple[dict, int]], seeds: list[int], s: dict, steps
     return {k: np.concatenate(v) for k, v in out.items()}, names, modules
 
 
-def extract(rd: RunDir, model: str, *, fractions: Sequence[float], device: str = "cpu", progress: bool = True) -> dict:
-    """Replay every image of the run (planned batches) and store the binding families; resumable."""
+def extract(rd: RunDir, model: str, *, fractions: Sequence[float], device: str = "cpu", progress: bool = True,
+            variant=None) -> dict:
+    """Replay every image of the run (planned batches) and store the binding families; resumable. ``variant``:
+    the run's LoRAs / replaced components (t2i_audit.variants)."""
     from ...generate import load_pipeline, plan_batches
     from ...models import resolve_model
+    from ...variants import cache_key
     from ...safeload import read_json
     from ..capture.activations import array_hashes, arrays_intact, merge_parts, save_part
     from ..capture.denoiser import run_settings
@@ -185,7 +188,7 @@ def extract(rd: RunDir, model: str, *, fractions: Sequence[float], device: str =
     images = {(r["prompt_id"], int(r.get("sample", 0))): r for r in rd.read_images()}
     if not images:
         raise AuditError(f"{rd.images}: no images; run the generate stage first")
-    card = resolve_model(model)
+    card = resolve_model(model).with_variant(variant)
     s = run_settings(rd, card, device)
     steps = sorted({step_at(f, s["steps"]) for f in fractions})
     plan = [[(p, k) for p, k in b if (p["id"], k) in images]
@@ -193,8 +196,8 @@ def extract(rd: RunDir, model: str, *, fractions: Sequence[float], device: str =
     plan = [b for b in plan if b]
     rows = [(p["id"], k) for b in plan for p, k in b]
     seeds = [[int(images[(p["id"], k)]["seed"]) for p, k in b] for b in plan]
-    key = hashlib.sha1(json.dumps([card.source, card.revision, s, steps, rows, seeds, FORMAT], default=str,
-                                  sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha1(json.dumps([card.source, card.revision, s, steps, rows, seeds, FORMAT, *cache_key(card)],
+                                  default=str, sort_keys=True).encode()).hexdigest()[:16]
     out_dir = rd.activations_dir / "trajectory"
     meta_path = out_dir / "meta.json"
     if meta_path.exists():

@@ -1,0 +1,421 @@
+"""The files a run keeps, read back as strictly as a user's: one schema per record kind, one reader.
+
+A run's own files are inputs of the next command: a score file edited by hand (a verdict ``"false"``, which
+Python reads as true), a record written by another version, a number that became NaN. Every command reads
+them through here, and so does ``verify`` — so a record is refused with ``file:line``, the key and the
+reason (exit 2, before anything is written), never counted, ranked or crashed on.
+
+:data:`RECORD_KINDS` is the registry: every kind of file a run holds that a command reads back, where it
+lives in the run folder, and its schema (``"module:Class"``, imported on first use: a stage package that
+is not installed keeps its schemas to itself). A kind added here is checked by every reader that names it,
+by ``verify``, and by the property tests over every record kind (tests/drills/test_record_kinds.py).
+
+What a schema checks is what a reader relies on: types taken strictly (``"0.5"`` is not a number, ``1`` is
+not ``true``), ranges (a sample index is not negative, a probability lies in [0, 1]), finite numbers, known
+values (a failure type, a stage status). Keys a newer version may add are let through.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import importlib
+import json
+import math
+import shlex
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Callable, Iterator, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
+
+from .errors import AuditError
+from .safeload import jsonl_lines, loads_json, read_bytes
+
+# --- strict field types (shared with probes/probe_files.py) -----------------------------------------
+
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
+Positive = Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)]
+Probability = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)]
+Count = Annotated[int, Field(strict=True, ge=0)]
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+Name = Annotated[str, Field(strict=True, min_length=1)]
+Sha256 = Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]{64}$")]
+MAX_LISTED = 5  # problems named in one error; the rest are counted
+
+
+class Strict(BaseModel):
+    """Types taken strictly; extra keys allowed (a newer version may store more: what is read is checked)."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+def _relative(v: str) -> str:
+    p = PurePosixPath(v)
+    if not v or p.is_absolute() or ".." in p.parts or "\\" in v:
+        raise ValueError(f"{v!r} is not a path inside the run folder")
+    return v
+
+
+RunPath = Annotated[str, Field(strict=True, min_length=1)]
+
+# --- the run's records ----------------------------------------------------------------------------
+
+
+class Question(Strict):
+    id: Name
+    text: str
+    kind: Optional[str] = None
+    depends_on: list[str] = []
+
+
+class PromptRecord(Strict):
+    """prompts.jsonl (docs/records.md): the keys every stage reads."""
+
+    id: Name
+    text: str
+    category: str
+    template: str
+    objects: list[dict]
+    questions: list[Question]
+    suite: Optional[str] = None
+    slots: dict[str, Any] = {}
+    families: dict[str, Any] = {}
+    spans: dict[str, Any] = {}
+    relations: list[dict] = []
+    bindings: list = []
+    split: Optional[str] = None
+    twin: Optional[str] = None
+
+
+class OfAnImage(Strict):
+    """A record of one image of the run: its prompt and sample index."""
+
+    prompt_id: Name
+    sample: Count
+
+
+class ImageRecord(OfAnImage):
+    """images.jsonl and its shards (generate.py ``_write_batch``)."""
+
+    path: RunPath
+    sha256: Sha256
+    seed: Optional[int] = None
+    width: Optional[PositiveInt] = None
+    height: Optional[PositiveInt] = None
+    pixel_digest: Optional[Annotated[str, Field(strict=True, pattern=r"^[0-9a-f]*$")]] = None
+    seconds: Optional[NonNegative] = None
+    flags: list[Literal["nan", "black", "nsfw"]] = []
+    model: Optional[str] = None
+    rank: Optional[Count] = None
+    batch: Optional[Count] = None
+    batch_members: Optional[list[str]] = None
+
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, v: str) -> str:
+        return _relative(v)
+
+
+FAILURE_TYPES = ("missing_object", "wrong_attribute", "swapped_binding", "attribute_leakage", "reversed_relation",
+                 "wrong_relation", "wrong_count")
+
+
+class Failure(Strict):
+    type: Literal[FAILURE_TYPES]  # type: ignore[valid-type]
+    slot: Optional[str] = None
+    object: Optional[str] = None
+
+
+class ScoreRecord(OfAnImage):
+    """scores/<scorer>.jsonl and its shards (scorers/base.py ``record``): a verdict is true, false or null —
+    never the string "false", which Python would count as a pass."""
+
+    kind: Literal["question", "metric", "prompt"] = "question"
+    image_sha256: Optional[str] = None  # compared with the image's: any other value is a stale record
+    scorer: Optional[str] = None
+    scorer_model: Optional[str] = None
+    question_id: Optional[str] = None
+    metric: Optional[str] = None
+    value: Optional[Finite] = None
+    verdict: Optional[StrictBool] = None
+    failures: list[Failure] = []
+    truncated: Optional[StrictBool] = None
+    extra: Optional[dict] = None
+
+
+class ActivationRow(Strict):
+    """activations/<encoder>/index.jsonl: the row of each prompt (or image) in the arrays."""
+
+    row: Count
+    prompt_id: Name
+    sample: Optional[Count] = None
+
+
+class ScanRecord(OfAnImage):
+    """selection.jsonl (a ``select`` run): every scanned seed's risk and role."""
+
+    seed: int
+    risk: Optional[Probability] = None  # a whole image's row has none
+    kept: Optional[StrictBool] = None
+    random: Optional[StrictBool] = None
+    made_with: Optional[str] = None
+
+
+class EarlyRisk(OfAnImage):
+    """probes/early_risk.jsonl: every image's out-of-fold risk per step (``probe --early``)."""
+
+    step: Count
+    risk: Probability
+    failed: Union[StrictBool, Annotated[int, Field(strict=True, ge=0, le=1)]]
+
+
+STATUS = Literal["running", "done", "failed", "incomplete", "done_with_errors", "unavailable"]
+
+
+class Stage(Strict):
+    status: Optional[STATUS] = None
+    planned_batch_size: Optional[PositiveInt] = None
+    requested: Optional[Count] = None
+
+
+class GenerateStage(Stage):
+    settings: Optional[dict] = None
+    selection: Optional[dict] = None
+
+
+class ScoreStage(Stage):
+    scorers: Optional[dict[str, dict]] = None  # scorer → its counts: the scorers this run was scored with
+    running: Optional[list[str]] = None
+
+
+class Stages(Strict):
+    prompts: Optional[Stage] = None
+    generate: Optional[GenerateStage] = None
+    score: Optional[ScoreStage] = None
+    probe: Optional[Stage] = None
+    report: Optional[Stage] = None
+
+
+class Manifest(Strict):
+    """manifest.json: what readers take from it (stage statuses, the batch plans, the scorers run, the model,
+    the command that continues the run)."""
+
+    stages: Stages = Stages()
+    model: Optional[Union[dict, str]] = None
+    fingerprint: Optional[str] = None
+    resume_argv: Optional[list[str]] = None
+
+
+class Summary(Strict):
+    """summary.json: one section a stage (``report``, ``probes``), each rewritten by its stage alone."""
+
+    report: Optional[dict] = None
+    probes: Optional[dict] = None
+
+
+class Agreement(Strict):
+    n: Count
+    accuracy: Optional[Probability] = None
+    kappa: Optional[Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-1, le=1)]] = None
+
+
+class CalibrationScorer(Strict):
+    levels: dict[str, dict[str, Agreement]] = {}
+
+
+class CalibrationReport(Strict):
+    """calibration/report.json: the agreement ``report``, ``compare`` and ``probe`` weigh scorers by."""
+
+    scorers: dict[str, CalibrationScorer] = {}
+
+
+# --- the registry ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    pattern: str  # where it lives, relative to the run folder (fnmatch; "*" does not cross "/")
+    schema: str  # "module:Class"
+    lines: bool  # JSONL (one record a line) or one JSON document
+    redo: str  # what rewrites it: the advice when it is refused (RUN: the run folder, NAME: the scorer)
+
+    def advice(self, path: Path) -> str:
+        """:attr:`redo` for the file ``path``, with its run folder and scorer filled in: a command to copy."""
+        root = Path(path).parents[self.pattern.count("/")]
+        return self.redo.replace("RUN", shlex.quote(str(root))).replace("NAME", Path(path).stem.split(".rank")[0])
+
+    def model(self) -> type[BaseModel]:
+        return _schema(self.schema)
+
+
+@functools.lru_cache(maxsize=None)
+def _schema(ref: str) -> type[BaseModel]:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+_HERE = __name__
+RECORD_KINDS: dict[str, RecordKind] = {
+    "prompts": RecordKind("prompts.jsonl", f"{_HERE}:PromptRecord", True, "made by `run`; remake the run"),
+    "images": RecordKind("images.jsonl", f"{_HERE}:ImageRecord", True, "rerun the command that made the run"),
+    "image-shard": RecordKind("shards/images.rank*.jsonl", f"{_HERE}:ImageRecord", True,
+                              "rerun the command that made the run"),
+    "scores": RecordKind("scores/*.jsonl", f"{_HERE}:ScoreRecord", True,
+                         "remove the file and rerun `t2i-audit score RUN --scorer NAME`"),
+    "score-shard": RecordKind("scores/shards/*.jsonl", f"{_HERE}:ScoreRecord", True,
+                              "remove the file and rerun `t2i-audit score RUN --scorer NAME`"),
+    "manifest": RecordKind("manifest.json", f"{_HERE}:Manifest", False, "restore it from a copy of the run"),
+    "summary": RecordKind("summary.json", f"{_HERE}:Summary", False,
+                          "remove it and rerun `t2i-audit probe RUN` and `t2i-audit report RUN`"),
+    "calibration": RecordKind("calibration/report.json", f"{_HERE}:CalibrationReport", False,
+                              "rerun `t2i-audit calibrate RUN --labels …`"),
+    "activation-index": RecordKind("activations/*/index.jsonl", f"{_HERE}:ActivationRow", True,
+                                   "remove that activations/ folder and rerun `t2i-audit probe RUN`"),
+    "selection": RecordKind("selection.jsonl", f"{_HERE}:ScanRecord", True, "rerun the `select` that made the run"),
+    "early-risk": RecordKind("probes/early_risk.jsonl", f"{_HERE}:EarlyRisk", True,
+                             "rerun `t2i-audit probe RUN --early`"),
+    "failure-probe": RecordKind("probes/failure_probe.json", "t2i_audit.probes.probe_files:FailureProbe", False,
+                                "fit it again with `t2i-audit probe RUN`"),
+    "early-probes": RecordKind("probes/early_probes.json", "t2i_audit.probes.probe_files:EarlyProbes", False,
+                               "fit them again with `t2i-audit probe RUN --early`"),
+}
+
+# who reads which kind, as it happens (tests record it to hold each command to what it reads)
+_observers: list[Callable[[str, Path], None]] = []
+
+
+def kind_of(rel: "str | PurePosixPath") -> Optional[str]:
+    """The record kind of a file at ``rel`` (relative to its run folder), or None."""
+    rel = PurePosixPath(rel).as_posix()
+    for name, kind in RECORD_KINDS.items():
+        if rel.count("/") == kind.pattern.count("/") and fnmatch.fnmatchcase(rel, kind.pattern):
+            return name
+    return None
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+def key_path(loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def _finite(value) -> bool:
+    """Every number in a JSON value is finite (the quick pass; :func:`_non_finite` finds where, when not)."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(map(_finite, value.values()))
+    if kind is list:
+        return all(map(_finite, value))
+    return True
+
+
+def _non_finite(value, loc=()) -> Optional[tuple]:
+    """The key path of the first NaN or infinity in a JSON value (None: every number is finite)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return loc
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _non_finite(v, (*loc, k))
+        if found is not None:
+            return found
+    return None
+
+
+def problems_of(kind: str, value: Any) -> list[str]:
+    """What is wrong with one record of ``kind`` (``"key: reason"``; empty: sound)."""
+    if not isinstance(value, dict):
+        return [f"<root>: expected a JSON object, not {type(value).__name__}"]
+    if not _finite(value):
+        where = _non_finite(value)
+        return [f"{key_path(where)}: number {_get(value, where)} is not finite"]
+    try:
+        RECORD_KINDS[kind].model().model_validate(value)
+    except ValidationError as e:
+        return [f"{key_path(err['loc'])}: {err['msg'].removeprefix('Value error, ')}"
+                + ("" if err["type"] == "missing" else f" (found {_shown(err.get('input'))})")
+                for err in e.errors(include_url=False)]
+    return []
+
+
+def _get(value, loc):
+    for k in loc:
+        value = value[k]
+    return value
+
+
+def _shown(v) -> str:
+    text = json.dumps(v, ensure_ascii=True, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def refusal(kind: str, path: Path, where: str, found: list[str]) -> AuditError:
+    """The error for a record of ``kind`` in ``path`` at ``where`` (``file:line`` or file) with ``found`` problems."""
+    more = f" (and {len(found) - MAX_LISTED} more)" if len(found) > MAX_LISTED else ""
+    return AuditError(f"{where}: not a sound {kind} record: {'; '.join(found[:MAX_LISTED])}{more} — edited or "
+                      f"damaged since t2i-audit wrote it; {RECORD_KINDS[kind].advice(path)}")
+
+
+def _seen(kind: str, path: Path) -> None:
+    for observe in _observers:
+        observe(kind, path)
+
+
+def iter_records(path: "Path | str", kind: str, *, strict: bool = False) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of a JSONL file of ``kind``, each checked; the first unsound one is an
+    AuditError at ``file:line``. A torn last line (a kill's unfinished append) is dropped, as always."""
+    path = Path(path)
+    _seen(kind, path)
+    for i, value in jsonl_lines(path, strict=strict):
+        found = problems_of(kind, value)
+        if found:
+            raise refusal(kind, path, f"{path}:{i}", found)
+        yield i, value
+
+
+def read_records(path: "Path | str", kind: str, *, strict: bool = False) -> list[dict]:
+    """Every record of the JSONL file ``path`` of ``kind``, checked (a missing file has none)."""
+    path = Path(path)
+    if not path.exists():
+        _seen(kind, path)
+        return []
+    return [r for _, r in iter_records(path, kind, strict=strict)]
+
+
+def score_records(path: "Path | str") -> list[dict]:
+    """The records of a score file (``scores/<scorer>.jsonl`` or a shard under ``scores/shards/``), checked."""
+    path = Path(path)
+    return read_records(path, "score-shard" if path.parent.name == "shards" else "scores")
+
+
+def read_document(path: "Path | str", kind: str) -> dict:
+    """The JSON document ``path`` of ``kind``, checked; a missing file is ``{}``."""
+    path = Path(path)
+    _seen(kind, path)
+    if not path.exists():
+        return {}
+    value = loads_json(read_bytes(path), str(path), finite=False)  # NaN is named by its key below
+    found = problems_of(kind, value)
+    if found:
+        raise refusal(kind, path, str(path), found)
+    return value
+
+
+def check_run(root: "Path | str", kinds: "tuple[str, ...] | list[str]") -> None:
+    """Read every file of ``kinds`` in the run folder ``root`` through its schema, now: a command that reads
+    them only after work it would lose (an extraction, a replay) refuses a damaged one before it starts."""
+    root = Path(root)
+    for kind in kinds:
+        spec = RECORD_KINDS[kind]
+        for path in sorted(root.glob(spec.pattern)):
+            if spec.lines:
+                read_records(path, kind)
+            else:
+                read_document(path, kind)
