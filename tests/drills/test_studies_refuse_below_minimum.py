@@ -11,7 +11,8 @@ import pytest
 
 from t2i_audit import api
 from t2i_audit.errors import AuditError
-from t2i_audit.probes.studies import budget_run, pareto
+from t2i_audit.probes.studies import pareto
+from t2i_audit.select import budget
 
 from .test_folder_identity import _cli, _refused
 from .test_malformed_corpus import _snapshot
@@ -73,4 +74,4 @@ def test_select_budget_on_a_one_seed_study_is_refused(tmp_path):
     (probes / "selection.json").write_text(json.dumps({"loop_steps": 20, "seeds_per_prompt": 1}))
     (probes / "selection_outcomes.jsonl").write_text("")
     with pytest.raises(AuditError, match=r"--budget 40: .*has 1 image per prompt \(it needs ≥ 2"):
-        budget_run.choose_for_budget(tmp_path / "run", 40.0, [{"id": "x", "category": "spatial"}])
+        budget.choose_for_budget(tmp_path / "run", 40.0, [{"id": "x", "category": "spatial"}])
