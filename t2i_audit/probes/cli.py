@@ -47,7 +47,8 @@ def _from_folder(path: Path, *, run: bool) -> Path:
 
 def _variant(run: Path, model: str | None, lora: list[str] | None, component: list[str] | None):
     """The LoRAs / components of the run a command works on (run.yaml), the command line's checked against them."""
-    from ..variants import component_options, for_run
+    from ..variants import component_options
+    from ..variants.of_run import for_run
 
     return for_run(run, model, lora, component_options(component))
 

@@ -190,7 +190,7 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
     src = fitted["settings"]
     T = int(src["steps"])
     card = resolve_model(cfg.model)
-    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.for_run), checked
+    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.of_run.for_run), checked
         from ...variants.check import check_variant
 
         card = check_variant(card, cfg.variant())

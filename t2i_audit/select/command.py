@@ -119,7 +119,7 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
     fitted = load_fitted(from_run)
     src = fitted["settings"]
     card = resolve_model(cfg.model)
-    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.for_run), checked
+    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.of_run.for_run), checked
         from ..variants.check import check_variant
 
         card = check_variant(card, cfg.variant())

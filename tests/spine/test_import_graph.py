@@ -108,12 +108,8 @@ def test_the_circle_finder_finds_a_circle_through_three_modules():
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
-# ownership ↔ resume ↔ rundir is being untied on another branch (safety); everything else must be acyclic
-ELSEWHERE = {frozenset({"t2i_audit.ownership", "t2i_audit.resume", "t2i_audit.rundir"})}
-
-
 def test_no_import_circle_in_the_package():
-    found = [c for c in circles(import_graph()) if frozenset(c) not in ELSEWHERE]
+    found = circles(import_graph())
     assert not found, "import circles (each a strongly connected set of modules):\n" + "\n".join(
         " ↔ ".join(c) for c in found)
 
