@@ -255,8 +255,10 @@ def test_shares_a_scene_sees_paraphrases_and_twins_across_prompt_sets():
 PRIMITIVES = {"grouped_folds", "GroupKFold", "GroupBootstrap", "cluster_bootstrap_ci", "paired_bootstrap",
               "auroc_ci", "auroc_diff_ci", "auroc_or_too_few", "control_labels", "decodability_many",
               "failure_prediction_many", "decodability", "failure_prediction", "bootstrap_ci", "oof", "fit_predict",
-              "export_probe", "decide", "nested", "stratified_spearman"}
-MAKERS = {"prompt_groups", "groups_by_id", "shares_a_scene", "layout"}  # what a site's groups come from
+              "export_probe", "decide", "nested", "stratified_spearman", "paired_bootstraps", "rank_intervals"}
+MAKERS = {"prompt_groups", "groups_by_id", "shares_a_scene", "layout", "units"}  # what a site's groups come from
+# MAKERS that are the package's own wrappers of scenes' functions, each checked to call them
+WRAPPERS = {"probes/studies/risks.py:layout", "track/curves.py:units"}
 
 # Every function of t2i_audit/ that calls one of PRIMITIVES, and where its groups come from:
 #   "makes"    — it calls one of MAKERS itself (checked below);
@@ -285,13 +287,22 @@ SITES = {
     "probes/studies/pareto.py:_auroc_table": "receives layout's image groups",
     "probes/studies/pareto.py:_diffs": "receives layout's image groups",
     "probes/studies/pareto.py:_permutation": "receives layout's image groups",
-    "probes/studies/pareto.py:study": "makes",
+    "probes/studies/pareto.py:study": "receives refuse_unless_studiable's layouts (risks.layout, per category)",
     "probes/studies/pareto.py:scores_for": "receives layout's groups (through Risks)",
     "probes/studies/risks.py:layout": "makes",
     "probes/studies/risks.py:oof": "Risks: the layout's image groups",
     "probes/studies/risks.py:inner_oof.compute": "Risks: the layout's image groups",
     "probes/studies/risks.py:seed_split.compute": "Risks: the layout's image groups",
-    "report/compare.py:compare": "makes",
+    "report/compare.py:compare_with_summary": "makes",
+    "analysis.py:paired_bootstrap": "a statistic's helper: units given by the caller",
+    "board/ranks.py:group_numbers": "units from the tables' twin_group column: scenes.groups_by_id over the run's "
+                                    "prompts (board/tables.question_rows)",
+    "track/curves.py:load_points": "calls the track's own decodability (a name match), grouped in _fit_sources",
+    "track/curves.py:_fit_sources": "makes",
+    "track/curves.py:fit_source": "receives _fit_sources' groups (units)",
+    "track/curves.py:success_rows": "makes",
+    "track/timing.py:crossing": "receives summarize's groups (curves.units)",
+    "track/timing.py:rise_lead": "receives summarize's groups (curves.units)",
     "report/probes_view.py:probes_section": "reads stored results (names only: no grouping)",
     "scorers/calibrate.py:_metrics.put": "receives calibrate's groups (groups_by_id)",
     "scorers/threshold.py:fit_and_save": "makes",
@@ -346,6 +357,10 @@ def test_every_grouping_site_is_known_and_groups_through_scenes():
     for site, how in SITES.items():
         if how == "makes":
             assert found[site] & MAKERS, f"{site} makes groups without scenes.prompt_groups"
+    calls = {f"{path.relative_to(PACKAGE).as_posix()}:{fn}": names for path in sorted(PACKAGE.rglob("*.py"))
+             for fn, names in _calls(ast.parse(path.read_text())).items()}
+    for wrapper in WRAPPERS:
+        assert calls[wrapper] & {"prompt_groups", "groups_by_id"}, f"{wrapper} groups without scenes' functions"
 
 
 def test_the_enumeration_would_catch_a_site_of_its_own(tmp_path):
