@@ -249,7 +249,7 @@ def select(
     budget: Optional[float] = typer.Option(None, "--budget", help="Denoiser loop iterations per prompt: run the policy "
                                            "the --from run's selection study picks for this budget (see --study)."),
     holdout: bool = typer.Option(False, "--holdout", help="With --budget: refit the probe without the scored prompts' "
-                                 "twin groups (the prompts are unseen by it)."),
+                                 "scenes and swap twins (the prompts are unseen by it)."),
     study: bool = typer.Option(False, "--study", help="Run the selection study on the --from run instead: success "
                                "against cost of every policy and reference (probes/selection.json)."),
     binding: bool = typer.Option(False, "--binding", help="With --study: also capture per-head maps, raw slot maps, "

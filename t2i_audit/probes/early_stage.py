@@ -66,7 +66,7 @@ def _text_reference(rd: RunDir, prompt_ids: Sequence[str]) -> np.ndarray | None:
     return None
 
 
-MIN_GROUPS = 3  # twin groups a category needs: grouped folds with a composition on each side, and a held-out one
+MIN_GROUPS = 3  # prompt groups a category needs: grouped folds with a composition on each side, and a held-out one
 SEEDS_ABSENT = ("one image per prompt: the held-out-seeds evaluation trains on the first half of each prompt's "
                 "samples and tests on the second half; make 2 or more per prompt (-n 2)")
 
@@ -104,8 +104,8 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
         n_groups = len(set(group_of.tolist()))
         if n_groups < MIN_GROUPS or len(np.unique(failed[idx])) < 2:
             rate = f"failure rate {failed[idx].mean():.2f}" if len(idx) else "none judged"
-            out["categories"][cat] = {"skipped": f"{len(idx)} labelled images of {n_groups} twin groups, {rate}; a "
-                                                 f"category needs ≥ {MIN_GROUPS} twin groups with both a passing and "
+            out["categories"][cat] = {"skipped": f"{len(idx)} labelled images of {n_groups} prompt groups, {rate}; a "
+                                                 f"category needs ≥ {MIN_GROUPS} prompt groups with both a passing and "
                                                  "a failing image"}
             continue
         y, groups, clusters = failed[idx], group_of, group_of

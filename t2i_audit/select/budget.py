@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, read_jsonl
-from .minimums import MIN_TWIN_GROUPS, seeds_refusal
+from .minimums import MIN_PROMPT_GROUPS, seeds_refusal
 from .policies import Staged, Whole, policy_from_dict, whole_at
 from .rank import n_whole
 
@@ -59,9 +59,9 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
                 and r["prompt_id"] in fitted_prompts and not shown_now(fitted_prompts[r["prompt_id"]])]
         pids = sorted({r["prompt_id"] for r in mine})
         groups = np.array(prompt_groups([fitted_prompts[p] for p in pids]))
-        if len(set(groups.tolist())) < MIN_TWIN_GROUPS:
+        if len(set(groups.tolist())) < MIN_PROMPT_GROUPS:
             raise AuditError(f"--budget: category {cat!r} has {len(pids)} prompts in the --from run's study outside "
-                             f"the scenes scored now; the choice needs prompts it is not scored on (≥ {MIN_TWIN_GROUPS}"
+                             f"the scenes scored now; the choice needs prompts it is not scored on (≥ {MIN_PROMPT_GROUPS}"
                              " prompt groups): score other prompts (--prompts), or study a larger --from run")
         at = {p: i for i, p in enumerate(pids)}
         per: dict = {}

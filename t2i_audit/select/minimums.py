@@ -5,7 +5,7 @@ an empty study. The study's per-category check (``probes/studies/risks.too_small
 from __future__ import annotations
 
 MIN_SEEDS = 2  # selection ranks the seeds of one prompt: with one seed there is nothing to choose among
-MIN_TWIN_GROUPS = 5  # grouped 5-fold CV needs a prompt group per fold (stats.MIN_UNITS: independent units)
+MIN_PROMPT_GROUPS = 5  # grouped 5-fold CV needs a prompt group per fold (stats.MIN_UNITS: independent units)
 
 
 def seeds_refusal(root, seeds: int, what: str) -> str | None:

@@ -198,7 +198,7 @@ def _permutation(lay, R: Risks, X: np.ndarray, step: int, policy: Staged, boot: 
 
 
 def _seen_unseen(lay, R: Risks, X: np.ndarray, step: int, oof: np.ndarray, boot: GroupBootstrap) -> dict:
-    """Seeds S/2…S−1: ranked by a probe that saw the same prompts' other seeds vs one that saw no twin group."""
+    """Seeds S/2…S−1: ranked by a probe that saw the same prompts' other seeds vs one that saw no prompt group."""
     S = lay.shape[1]
     half = slice(S // 2, S)
     seen = R.seed_split(f"probe-t{step}", X)[:, half]

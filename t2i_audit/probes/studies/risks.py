@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ...scenes import prompt_groups
-from ...select.minimums import MIN_TWIN_GROUPS
+from ...select.minimums import MIN_PROMPT_GROUPS
 from ..fit import per_image
 
 
@@ -45,7 +45,7 @@ class Layout:
     """One category's images as a (prompts, seeds) grid over the run's arrays."""
     category: str
     prompt_ids: list[str]
-    groups: np.ndarray  # (P,) twin group per prompt
+    groups: np.ndarray  # (P,) prompt group per prompt (scenes.prompt_groups)
     rows: np.ndarray  # (P, S) row index into the run's per-image arrays
     success: np.ndarray  # (P, S) 1.0 passed / 0.0 failed
     folds: list = field(default_factory=list)  # over flattened rows (P·S, prompt-major)
@@ -88,12 +88,12 @@ def too_small(lay: "Layout") -> str | None:
     """Why ``lay`` (one category) cannot be studied, with the minimum; None when it can."""
     n_groups = len(set(lay.groups.tolist()))
     outcomes = len(np.unique(lay.y_fail))
-    if n_groups >= MIN_TWIN_GROUPS and outcomes == 2:
+    if n_groups >= MIN_PROMPT_GROUPS and outcomes == 2:
         return None
     have = "both outcomes" if outcomes == 2 else "every image passing" if lay.y_fail.sum() == 0 and len(lay.y_fail) \
         else "every image failing" if len(lay.y_fail) else "no image judged"
-    return (f"{lay.shape[0]} prompts in {n_groups} twin groups with every seed judged, {have}; a category needs "
-            f"≥ {MIN_TWIN_GROUPS} twin groups with both a passing and a failing image")
+    return (f"{lay.shape[0]} prompts in {n_groups} prompt groups with every seed judged, {have}; a category needs "
+            f"≥ {MIN_PROMPT_GROUPS} prompt groups with both a passing and a failing image")
 
 
 class Risks:
