@@ -8,6 +8,7 @@ The room, in the order a selection runs (each module imports only those before i
 * ``policies`` — the policies (whole images, scan N / keep K, successive halving) and their expected success
   simulated on a run that generated every seed (averaged over every subset of seeds);
 * ``choose`` — which policy for a budget, by nested CV, never on the prompts it is scored on;
+* ``minimums`` — the seeds per prompt and prompt groups a study or a budget's choice needs, and the refusal;
 * ``freshness`` — scanned seeds the probe's own run never generated;
 * ``scan`` — replay to the scan step, risks from the fitted probe (``predict --early`` stops here);
 * ``rank`` — which scanned seeds each role finishes (kept, random, whole images at the same cost);

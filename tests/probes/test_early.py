@@ -144,7 +144,7 @@ def test_select_end_to_end(mini_run, studied, tmp_path):
     prompts = [p for p in mini_run.read_prompts() if p["category"] in cats]
     src = tmp_path / "prompts.jsonl"
     src.write_text("".join(json.dumps(p) + "\n" for p in prompts))
-    # seed 1: the run's own seed 0 would scan its training images (studies/freshness.py refuses that)
+    # seed 1: the run's own seed 0 would scan its training images (select/freshness.py refuses that)
     cfg = api.make_config(dict(model="mini", prompts=[str(src)], out=str(tmp_path / "sel"), device="cpu", seed=1))
     res = select_run(cfg, mini_run.root, n_of=2, keep=1, at=0.2, n_boot=50, progress=False)
     # scan 2 seeds x 2 iterations + continue 1 from its latents x 4 (not 6 again), against best-of-2 by the final
