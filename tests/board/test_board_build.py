@@ -68,7 +68,7 @@ def test_rank_intervals_and_paired_tests(board):
     assert o.loc["bad", "rank_lo"] >= 2 and o.loc["good", "rank_hi"] <= 2  # clearly apart at this skill gap
     assert o.loc["g3", "rank"] == o.loc["g3", "rank_lo"] == o.loc["g3", "rank_hi"] == 1  # alone in its group
     assert (o["rank_lo"] <= o["rank"]).all() and (o["rank"] <= o["rank_hi"]).all()
-    # the bootstrap unit is the twin group: 6 binding twin pairs + 8 relation + 6 count prompts
+    # the bootstrap unit is the prompt group: 6 binding twin pairs + 8 relation + 6 count prompts
     assert set(o["units"]) == {6 + 8 + 6}
     comp = _latest(board, "comparisons")
     assert set(comp["group"]) == {"G1"}  # G2 has one run: nothing is compared across groups
