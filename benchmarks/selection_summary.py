@@ -10,6 +10,9 @@ and, optionally, ``select --budget`` runs on fresh seeds:
 
     python benchmarks/selection_summary.py RUN [SELECT_RUN …] --out benchmarks/results/selection_mini.json
 
+``--key NAME`` writes the summary under NAME inside the --out file, keeping its other keys (the replication of
+issue 35: ``--key replication``).
+
 Keeps: the pre-registered headline, the whole-image curve, each family's frontier at every cost, the
 nested-CV budget rows, the controls, the binding AUROC table and each select run's per-category result.
 """
@@ -29,10 +32,19 @@ def _summ(s: dict) -> dict:
     return {"mean": _r(s.get("mean")), "ci": [_r(x) for x in s.get("ci", [])]}
 
 
+def _base_seed(run: Path):
+    m = run / "manifest.json"
+    if not m.exists():
+        return None
+    gen = (json.loads(m.read_text()).get("stages") or {}).get("generate") or {}
+    return (gen.get("settings") or {}).get("seed")
+
+
 def summarise(run: Path, selects: list[Path]) -> dict:
     sel = json.loads((run / "probes" / "selection.json").read_text())
     out = {"run": run.name, "loop_steps": sel["loop_steps"], "seeds_per_prompt": sel["seeds_per_prompt"],
-           "preregistered": sel["preregistered"], "unit_seconds": sel.get("unit_seconds"),
+           "base_seed": _base_seed(run), "preregistered": sel["preregistered"], "registration": sel.get("registration"),
+           "unit_seconds": sel.get("unit_seconds"),
            "exploration": {k: (len(v) if isinstance(v, list) else v) for k, v in sel["exploration"].items()},
            "categories": {}}
     for cat, c in sel["categories"].items():
@@ -45,6 +57,13 @@ def summarise(run: Path, selects: list[Path]) -> dict:
             "frontiers": {fam: [[f["cost"]["iterations"], _r(f["success"]), f["policy"]] for f in fr]
                           for fam, fr in c["frontiers"].items()},
             "headline": c.get("headline"),
+            "registered": c.get("registered"),
+            "whole_images_seconds": c.get("whole_images_seconds"),
+            "frontiers_seconds": {fam: [[_r(f["seconds"]), _r(f["success"]), f["policy"]] for f in fr]
+                                  for fam, fr in (c.get("frontiers_seconds") or {}).items()},
+            "non_oracle_whole_images": {p["spec"]["n"]: {"success": _r(p["success"]), "ci": [_r(x) for x in p["ci"]],
+                                                         "seconds": _r(p.get("seconds")), "judge": p["spec"]["judge"]}
+                                        for p in c["policies"] if p["spec"].get("kind") == "whole-judged"},
             "budgets": {B: {"success": _summ(b["success"]), "whole_images_at_same_cost": _summ(b["whole_images_at_same_cost"]),
                             "gap_to_whole": _summ(b["gap_to_whole"]), "lift_over_random": _summ(b["lift_over_random"]),
                             "chosen": sorted({x["policy"] for x in b["chosen"]}),
@@ -81,6 +100,10 @@ if __name__ == "__main__":
     ap.add_argument("run", type=Path)
     ap.add_argument("selects", type=Path, nargs="*")
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "selection_mini.json")
+    ap.add_argument("--key", default=None, help="write under this key of the --out file, keeping its other keys")
     a = ap.parse_args()
-    a.out.write_text(json.dumps(summarise(a.run, a.selects), indent=1, ensure_ascii=False) + "\n")
+    got = summarise(a.run, a.selects)
+    if a.key:
+        got = {**(json.loads(a.out.read_text()) if a.out.exists() else {}), a.key: got}
+    a.out.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n")
     print(a.out)

@@ -102,10 +102,10 @@ def agreement(a: Iterable, b: Iterable) -> dict:
 
 def paired_bootstrap(a_k: np.ndarray, a_n: np.ndarray, b_k: np.ndarray, b_n: np.ndarray, *,
                      n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> dict:
-    """Difference of success rates A − B over paired units (prompts), resampling units.
+    """Difference of success rates A − B over paired units (prompt groups), resampling units.
 
     ``a_k[i]``/``a_n[i]``: successes / scored images of unit i for model A (same for B), so
-    all samples of one prompt move together. Returns diff, CI (percentile) and a two-sided
+    all samples of one prompt group move together. Returns diff, CI (percentile) and a two-sided
     bootstrap p-value (twice the smaller tail mass at 0, with the +1 correction).
     """
     return paired_bootstraps(*(np.asarray(x, float)[None, :] for x in (a_k, a_n, b_k, b_n)),

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Iterable
 
 from .errors import SuiteError
+from .scenes import prompt_groups, scene_key, twin_group  # grouping lives in scenes.py; these names stay here
 from .suite import ATTRIBUTE_FAMILIES, CONSTRAINT, PLACEHOLDER, Suite, Template, Value, load_suite
 
-__all__ = ["load_suite", "expand", "expand_files", "sample_records", "stable_hash", "twin_group"]
+__all__ = ["load_suite", "expand", "expand_files", "sample_records", "stable_hash", "twin_group", "prompt_groups",
+           "scene_key"]
 
 
 def stable_hash(*parts) -> str:
@@ -281,10 +283,3 @@ def template_counts(records: list[dict]) -> dict[str, dict]:
         c["heldout"] += r["split"] == "heldout"
         c["twins"] += r["twin"] is not None
     return out
-
-
-def twin_group(record: dict) -> str:
-    """The unit of independence of a prompt for folds and bootstrap clusters: its composition together with
-    its swap twin ("red cube left of blue sphere" and "blue cube left of red sphere" share every constituent,
-    so a probe must never train on one and be scored on the other)."""
-    return str(record.get("twin_id") or record.get("composition") or record["id"])

@@ -81,7 +81,7 @@ def dataset_card(index: dict, numbers: dict) -> str:
               "Runs are ranked together only when every setting that changes scores is equal (steps, guidance, "
               "size, dtype, pipeline-call arguments, suite, judge and its revision and protocol); other runs form "
               "their own group, with the difference named. Success is on the prompts all runs of a group share; "
-              "rank intervals come from a bootstrap over twin groups.", ""]
+              "rank intervals come from a bootstrap over prompt groups (prompts showing one scene, with swap twins).", ""]
     for g in numbers["groups"]:
         lines += [f"### {g['name']}: {_md(g['conditions_text'])}", ""]
         if g.get("apart"):

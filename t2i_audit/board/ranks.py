@@ -1,16 +1,17 @@
 """The numbers of one group of runs: success per category with Wilson CIs, rank intervals by a bootstrap over
-twin groups, paired differences with Holm's correction. Arrays in, rows out (no files).
+prompt groups, paired differences with Holm's correction. Arrays in, rows out (no files).
 
 * The prompts compared are the ones every run of the group has (matched by prompt id; by template and text
   when the group holds several suites), so that every rate and rank rests on the same prompts.
 * An image's verdict comes from the judge deciding its category for the whole group (``deciding``, the one
   rule of :mod:`t2i_audit.deciding`); flagged or unscored images drop out of the run they belong to.
-* Rank intervals: every resample draws whole twin groups (:func:`t2i_audit.prompts.twin_group` — a prompt
-  and its swap twin are one unit) with replacement, the same draw for every run; a run's rank is 1 + the
-  runs with a strictly higher rate; the interval is the 2.5–97.5 percentiles of its ranks.
+* Rank intervals: every resample draws whole prompt groups (:func:`t2i_audit.scenes.prompt_groups` — prompts
+  showing one scene, "A left of B" / "B right of A", and a prompt with its swap twin are one unit; the tables'
+  ``twin_group`` column) with replacement, the same draw for every run; a run's rank is 1 + the runs with a
+  strictly higher rate; the interval is the 2.5–97.5 percentiles of its ranks.
 * Paired differences: where two runs have images of the same prompt, sample and seed, those images are
   paired (``pairing = "prompt+seed"``); runs of other seeds are paired by prompt only (``"prompt"``). Either
-  way the bootstrap resamples twin groups, every pair of a category on the same resamples
+  way the bootstrap resamples prompt groups, every pair of a category on the same resamples
   (:func:`t2i_audit.analysis.paired_bootstraps`).
 """
 
@@ -43,7 +44,7 @@ def shared(v: pd.DataFrame, run_ids: list[str], keys_of: dict) -> tuple[pd.DataF
     common = set.intersection(*(set(keys_of[r]) for r in run_ids)) if run_ids else set()
     ref = v[v["run_id"] == run_ids[0]].drop_duplicates("key").set_index("key")["twin_group"]
     out = v[v["key"].isin(common)].copy()
-    out["unit"] = out["key"].map(ref).fillna(out["key"])  # the first run's twin group names the unit
+    out["unit"] = out["key"].map(ref).fillna(out["key"])  # the first run's prompt group names the unit
     return out, sorted(common)
 
 

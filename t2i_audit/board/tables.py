@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import AuditError
-from ..prompts import twin_group
 from ..rundir import atomic_write_bytes
+from ..scenes import groups_by_id
 
 S, I, F, B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 _IMAGE_KEYS = [("prompt_id", S), ("sample", I), ("seed", I), ("image_sha256", S), ("image_path", S), ("flags", S),
@@ -124,8 +124,9 @@ def question_rows(run_id: str, run) -> pd.DataFrame:
     base = res[[c for c, _ in _IMAGE_KEYS] + ["question_id", "kind", "question", "family", "value", "number",
                                               "object", "subject"]].copy()
     base.insert(0, "run_id", run_id)
-    groups = {pid: twin_group(p) for pid, p in run.prompts.items()}
-    base["twin_group"] = base["prompt_id"].map(groups)
+    # the column keeps its published name; it holds the prompt's group (scenes.prompt_groups over the run's
+    # prompts: same-scene paraphrases and swap twins), the unit the board's bootstraps resample
+    base["twin_group"] = base["prompt_id"].map(groups_by_id(run.prompts.values()))
     slots = _slots(run.prompts)
     base["slot"] = [slots.get(k) for k in zip(base["prompt_id"].tolist(), base["question_id"].tolist())]
     parts = []

@@ -214,10 +214,25 @@ def sweep_cmd(
     cfg = smoke_sweep_config(**kw) if smoke else SweepConfig(**kw)
     res = run_sweep(out, cfg, eval_only=eval_only, train_only=train_only, log=_log(quiet))
     agg = res.get("aggregate", {}) if res else {}
-    for axis in ("coverage", "scale"):
-        c = agg.get(f"heldout_success_vs_{axis}", {}).get("spearman_over_models", {})
-        typer.echo(f"held-out success vs {axis} ({agg.get('n_models', 0)} models that fit): "
-                   f"{json.dumps(c.get('spearman'))}")
+    for axis, strata in (("coverage", "width"), ("scale", "coverage")):
+        c = agg.get(f"heldout_success_vs_{axis}", {})
+        typer.echo(f"held-out success vs {axis} within {strata} ({agg.get('n_models', 0)} models that fit): "
+                   f"{_within_text(c.get('within'))}; pooled rho "
+                   f"{json.dumps((c.get('spearman_over_models') or {}).get('spearman', {}).get('r'))}")
+    d = (agg.get("decodability_success_link") or {}).get("readings", {})
+    for name in ("denoiser", "text_encoder"):
+        if name in d:
+            typer.echo(f"decodability ({name}) vs held-out success within coverage: {_within_text(d[name])}; pooled "
+                       f"rho {d[name]['pooled']['rho']}")
+
+
+def _within_text(res: dict | None) -> str:
+    w = (res or {}).get("within") or {}
+    if w.get("rho") is None:
+        return "undefined"
+    ci = w.get("ci") or [None, None]
+    return (f"rho {w['rho']} CI {ci}, p {w.get('p_perm')} ({w.get('n_perm')} shuffles within "
+            f"{res.get('strata', 'strata')})")
 
 
 @mini_app.command("render")

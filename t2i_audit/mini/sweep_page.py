@@ -70,17 +70,41 @@ def _design(res: dict) -> list[str]:
         f"<li>Training (every model alike): {escape(design['compute'])}, AdamW lr {cfg['lr']} ({escape(cfg['lr_schedule'])}"
         f" after {cfg['warmup']} warmup steps), {escape(cfg['prediction_type'])} prediction, EMA {cfg['ema_decay']}, "
         f"text encoder width {cfg['text_width']} × {cfg['text_layers']} layers trained jointly, one CPU thread.</li>",
-        f"<li>Evaluation: the 24 prompts × {cfg['samples']} samples, same seeds for every model, {cfg['eval_steps']} "
-        f"DDIM steps, guidance {cfg['guidance']}; success = pixel judge (right shape in the right colour); 95 % "
-        "Wilson intervals.</li>",
+        f"<li>Evaluation: the 24 prompts × {cfg['samples']} judged samples, same seeds for every model, "
+        f"{cfg['eval_steps']} DDIM steps, guidance {cfg['guidance']}; success = pixel judge (right shape in the right "
+        "colour); 95 % Wilson intervals.</li>",
         f"<li><b>Fit</b>: {escape(design['fit'])}.</li>",
         f"<li>Decodability: linear probes per UNet block × sampling step (first / middle / last) for colour and shape, "
         f"grouped CV by composition ({cfg['n_splits']} folds over all 24 compositions, so a held-out composition is "
-        "never in its probe's training fold), beside chance and a control task (one random label per composition).</li>",
+        "never in its probe's training fold), beside chance and a control task (one random label per composition); "
+        f"read from {cfg.get('decode_samples', 0)} <b>other seeds</b> per prompt than the judged ones, beside a "
+        "<b>text-encoder-only</b> reference (the same probe on the conditioning the UNet receives) and the headline "
+        "probe on the judged seeds' own trajectories.</li>",
+        "<li><b>The link is read within coverage</b>: success and decodability both rise with coverage, so pooled "
+        "over coverages they correlate through coverage alone. Headline: Spearman within coverage (ranks centred "
+        "per coverage), p from shuffles within coverage, CI resampling the held-out compositions; each coverage's "
+        "ρ and the pooled ρ beside it.</li>",
         f"<li><b>Pre-registered headline layer: <code>{escape(design['headline_layer'])}</code></b> (UNet mid block, "
         f"middle sampling step); every other layer is exploration with Holm-corrected p-values. "
         f"{escape(design['preregistered'])}.</li></ul>",
     ]
+
+
+def _within(res: dict) -> str:
+    """A stratified_spearman result as one line: the within-stratum ρ, CI, p (shuffles), per stratum, pooled."""
+    w = res["within"]
+    if w.get("rho") is None:
+        return "undefined (no variation within the strata)"
+    per = ", ".join(f"{_f(p['stratum'])}: {_f(p['rho'])}" for p in res["per_stratum"])
+    txt = f"ρ within {escape(res.get('strata', 'strata'))} = <b>{_f(w['rho'])}</b> {_ci(w.get('ci'))}"
+    txt += f", p = {_f(w.get('p_perm'), 3)} ({w.get('n_perm')} shuffles within {escape(res.get('strata', 'strata'))}; "
+    txt += f"observed at the {_f(100 * (w.get('observed_quantile_in_null') or 0), 1)} % point of the null), n = {res['n']}"
+    return txt + f"; per {escape(res.get('strata', 'stratum'))}: {per}; pooled ρ = {_f(res['pooled']['rho'])} (beside)"
+
+
+def _within_verdict(res: dict, y: str, x: str) -> str:
+    w = res["within"]
+    return verdict({"r": w["rho"], "ci": w.get("ci") or [None, None]}, y, x)
 
 
 def _headline(agg: dict) -> list[str]:
@@ -88,18 +112,29 @@ def _headline(agg: dict) -> list[str]:
     o = ["<h2>Headline (models that fit only)</h2><ul>"]
     for axis in ("coverage", "scale"):
         c = agg[f"heldout_success_vs_{axis}"]
-        d = agg[f"decodability_vs_{axis}"]["headline"]
-        o.append(f"<li><b>Held-out success vs {axis}</b> (Spearman over {agg['n_models']} models): "
-                 f"{_corr_text(c['spearman_over_models'], c['spearman_ci_resampling_heldout_compositions'])}. "
-                 f"<i>{escape(verdict(c['spearman_over_models']['spearman'], 'held-out success', axis))}</i></li>")
-        o.append(f"<li>Held-out decodability (<code>{escape(L)}</code>) vs {axis}: "
-                 f"{_corr_text(d, d.get('ci_resampling_heldout_compositions'))}.</li>")
-    c2 = agg["decodability_vs_success_heldout"]["headline"]
-    ctl = agg["control_decodability_vs_success_heldout"]
-    c2all = agg["decodability_vs_success_all_compositions"]["headline"]
-    o.append(f"<li><b>Decodability ↔ success per composition</b> (<code>{escape(L)}</code>, held-out compositions "
-             f"pooled over models): {_corr_text(c2)}. <i>{escape(verdict(c2['spearman'], 'success', 'decodability'))}"
-             f"</i> Control task, same points: {_corr_text(ctl)}. All 24 compositions: {_corr_text(c2all)}.</li></ul>")
+        d = agg[f"decodability_vs_{axis}"]
+        pooled = _corr_text(c["spearman_over_models"], c["spearman_ci_resampling_heldout_compositions"])
+        o.append(f"<li><b>Held-out success vs {axis}</b> ({agg['n_models']} models): {_within(c['within'])}. "
+                 f"<i>{escape(_within_verdict(c['within'], 'held-out success', axis))}</i> "
+                 f"<span class='muted'>Pooled: {pooled}.</span></li>")
+        o.append(f"<li>Held-out decodability (<code>{escape(L)}</code>) vs {axis}: {_within(d['within'])}.</li>")
+    link = agg["decodability_success_link"]["readings"]
+    den = link["denoiser"]
+    o.append(f"<li><b>Decodability ↔ success per held-out composition, within coverage</b> (<code>{escape(L)}</code>, "
+             f"other seeds than the judged): {_within(den)}. "
+             f"<i>{escape(_within_verdict(den, 'success', 'decodability'))}</i></li>")
+    names = {"text_encoder": "Text encoder only (what the conditioning already carries)",
+             "judged_seeds": "Headline layer read from the judged seeds themselves (the earlier designs' reading)",
+             "control": "Control task"}
+    for key, label in names.items():
+        if key in link:
+            o.append(f"<li>{escape(label)}: {_within(link[key])}.</li>")
+    o.append("</ul><table><tr><th>coverage</th><th>points</th><th>held-out success</th><th>denoiser decodability</th>"
+             "<th>text-encoder decodability</th></tr>")
+    for p in agg["decodability_success_link"]["per_coverage"]:
+        o.append(f"<tr><td>{_f(p['coverage'])}</td><td>{p['n_points']}</td><td>{_f(p['success'])}</td>"
+                 f"<td>{_f(p['denoiser_decodability'])}</td><td>{_f(p['text_decodability'])}</td></tr>")
+    o.append("</table>")
     return o
 
 
@@ -124,9 +159,9 @@ def _charts(agg: dict) -> list[str]:
          "<br>solid: held-out success (Wilson 95 % band, seeds pooled) · dashed: held-out decodability at "
          f"{escape(L)} (mean p(true)); one colour per width</div>"]
     pts = [{"x": p["x"], "y": p["y"], "composition": f"{p['model']} {p['composition']}"}
-           for p in agg["decodability_vs_success_heldout"]["headline"].get("points", [])]
-    o.append("<div class='fig'>" + str(scatter(pts, x_label=f"decodability {L}", y_label="success")) +
-             "<br>held-out compositions × models that fit</div></div>")
+           for p in agg["decodability_success_link"]["readings"]["denoiser"].get("points", [])]
+    o.append("<div class='fig'>" + str(scatter(pts, x_label=f"decodability {L} (other seeds)", y_label="success")) +
+             "<br>held-out compositions × models that fit (pooled here; the headline ρ is within coverage)</div></div>")
     o.append("<table><tr><th>width</th><th>coverage</th><th>seen pairs</th><th>models</th><th>held-out success</th>"
              "<th>seen success</th><th>outside coverage</th><th>held-out decodability " + str(escape(L)) + "</th></tr>")
     for p in per:
@@ -165,19 +200,24 @@ def _models(res: dict, L: str) -> list[str]:
 
 def _exploration(agg: dict) -> list[str]:
     L = agg["headline_layer"]
-    blocks = [("decodability_vs_coverage", "vs coverage"), ("decodability_vs_scale", "vs scale"),
-              ("decodability_vs_success_heldout", "↔ success, held-out"),
-              ("decodability_vs_success_all_compositions", "↔ success, all compositions")]
+    blocks = [("decodability_vs_coverage", "vs coverage (pooled)"), ("decodability_vs_scale", "vs scale (pooled)")]
+    link = agg["decodability_success_link"]
     o = ["<h2>Exploration: every hooked layer (Holm-corrected)</h2><table><tr><th class='l'>layer</th>"]
     o += [f"<th>{escape(t)} ρ [CI]</th><th>Holm p</th>" for _k, t in blocks]
-    o.append("</tr>")
+    o.append("<th>↔ success within coverage ρ</th><th>Holm p</th></tr>")
     for layer in agg["layers"]:
         rows = []
         for key, _t in blocks:
             r = agg[key]["headline"] if layer == L else agg[key]["exploration"][layer]
-            s = r["spearman"]
-            holm_p = "pre-registered" if layer == L else _f(s.get("p_holm"), 3)
-            rows.append(f"<td>{_f(s['r'])} {_ci(s['ci'])}</td><td>{holm_p}</td>")
+            sp = r["spearman"]
+            holm_p = "pre-registered" if layer == L else _f(sp.get("p_holm"), 3)
+            rows.append(f"<td>{_f(sp['r'])} {_ci(sp['ci'])}</td><td>{holm_p}</td>")
+        if layer == L:
+            w = link["readings"]["denoiser"]["within"]
+            rows.append(f"<td>{_f(w['rho'])} {_ci(w.get('ci'))}</td><td>pre-registered</td>")
+        else:
+            e = link["exploration"][layer]
+            rows.append(f"<td>{_f(e['rho'])}</td><td>{_f(e['p_holm'], 3)}</td>")
         name = f"<b>{escape(layer)}</b>" if layer == L else escape(layer)
         o.append(f"<tr><td class='l'>{name}</td>{''.join(rows)}</tr>")
     o.append("</table>")

@@ -1,7 +1,7 @@
-"""Statistics of the sweep across the models that fit (see t2i_audit.mini.sweep for the design):
-held-out success against coverage and against scale, decodability against both, and
-per-composition decodability ↔ success pooled over models beside the control task; Holm over the
-exploratory layers. No torch."""
+"""Statistics of the sweep across the models that fit (see t2i_audit.mini.sweep_design for the design):
+held-out success against coverage (within width) and against scale (within coverage), decodability against
+both, and the decodability ↔ success link within coverage (sweep_link.py); Holm over the exploratory layers;
+pooled figures beside. No torch."""
 
 from __future__ import annotations
 
@@ -143,10 +143,29 @@ def _cells(ms: list[dict], keys: Sequence[str], layers: Sequence[str]) -> list[d
     return out
 
 
+AXIS_STRATA = {"coverage": ("width", lambda m: m["width"]), "scale": ("coverage", lambda m: m["coverage"])}
+
+
+def _within(done: list[dict], axis: str, y, cfg) -> dict:
+    """``y(model)`` against the axis within each value of the other axis (models as points): coverage within
+    width, width within coverage — the other axis's trend kept out of the headline."""
+    from ..stratified import stratified_spearman
+
+    _label, x = AXES[axis]
+    name, stratum = AXIS_STRATA[axis]
+    res = stratified_spearman([x(m) for m in done], [y(m) for m in done], [stratum(m) for m in done],
+                              n_perm=cfg.n_perm, n_boot=cfg.n_boot, seed=0)
+    res["strata"] = name
+    return res
+
+
 def aggregate(models: list[dict], cfg, headline: str) -> dict:
-    """Over the models that FIT (seen success ≥ the bar): held-out success against coverage and
-    against scale, decodability against both, and per-composition decodability ↔ success pooled
-    over models beside the control task; headline layer pre-registered, the rest Holm."""
+    """Over the models that FIT (seen success ≥ the bar): held-out success against coverage (within width) and
+    against scale (within coverage), decodability against both, and the decodability ↔ success link within
+    coverage (``sweep_link``) with its references; headline layer pre-registered, the rest Holm; pooled figures
+    beside."""
+    from .sweep_link import decodability_link
+
     evaluated = [m for m in models if m.get("eval")]
     done = fit_models(models)
     excluded = [{"name": m["name"], "seen_success": m["fit"]["seen_success"]} for m in evaluated if m not in done]
@@ -157,12 +176,14 @@ def aggregate(models: list[dict], cfg, headline: str) -> dict:
     layers = done[0]["eval"]["layers"]
     if headline not in layers:
         raise ValueError(f"pre-registered layer {headline} not hooked (have {layers})")
+    held = lambda m: m["eval"]["success"]["heldout"]["rate"]  # noqa: E731
 
     def success_vs(axis: str) -> dict:
         label, x = AXES[axis]
         xs = [x(m) for m in done]
         return {"x": label, "y": "held-out success (pixel judge)",
-                "spearman_over_models": _corr(xs, [m["eval"]["success"]["heldout"]["rate"] for m in done], cfg),
+                "within": _within(done, axis, held, cfg),
+                "spearman_over_models": _corr(xs, [held(m) for m in done], cfg),
                 "spearman_ci_resampling_heldout_compositions": _cluster_boot_spearman(done, _heldout_rate, cfg, x),
                 "seen_success": _corr(xs, [m["eval"]["success"]["seen"]["rate"] for m in done], cfg)}
 
@@ -176,29 +197,19 @@ def aggregate(models: list[dict], cfg, headline: str) -> dict:
             return out
         return fn
 
-    def decod_vs_success(split: str | None, field: str = "decodability") -> Callable:
-        def fn(layer: str) -> dict:
-            pts = [(m["name"], c["composition"], c[field][layer], c["success"])
-                   for m in done for c in m["eval"]["per_composition"] if split is None or c["split"] == split]
-            out = _corr([p[2] for p in pts], [p[3] for p in pts], cfg)
-            out["points"] = [{"model": a, "composition": b, "x": x, "y": y} for a, b, x, y in pts]
-            return out
-        return fn
-
-    def with_holm(fn) -> dict:
+    def with_holm(fn, axis: str) -> dict:
         res = {L: fn(L) for L in layers}
         explore = [L for L in layers if L != headline]
         adj = holm([res[L]["spearman"]["p_perm"] if res[L]["spearman"]["p_perm"] is not None else math.nan
                     for L in explore])
         for L, a in zip(explore, adj):
             res[L]["spearman"]["p_holm"] = _r(a)
-            res[L].pop("points", None)  # the scatter is drawn for the headline layer only
-        return {"headline_layer": headline, "headline": res[headline], "exploration": {L: res[L] for L in explore},
+        return {"headline_layer": headline,
+                "within": _within(done, axis, lambda m: _heldout_decod(headline)(m, _heldout_comps(m)), cfg),
+                "headline": res[headline], "exploration": {L: res[L] for L in explore},
                 "correction": f"Holm over the {len(explore)} exploratory layers (the pre-registered layer is not "
-                              "corrected)"}
+                              "corrected); pooled over the other axis"}
 
-    control = decod_vs_success("heldout", "control_decodability")(headline)
-    control.pop("points")
     return {
         **head, "layers": layers, "headline_layer": headline,
         "heldout_success_vs_coverage": success_vs("coverage"),
@@ -206,16 +217,19 @@ def aggregate(models: list[dict], cfg, headline: str) -> dict:
         "per_coverage": _cells(done, ["coverage"], layers),
         "per_width": _cells(done, ["width"], layers),
         "per_cell": _cells(done, ["width", "coverage"], layers),
-        "decodability_vs_coverage": with_holm(decod_vs("coverage")),
-        "decodability_vs_scale": with_holm(decod_vs("scale")),
-        "decodability_vs_success_heldout": with_holm(decod_vs_success("heldout")),
-        "control_decodability_vs_success_heldout": control,
-        "decodability_vs_success_all_compositions": with_holm(decod_vs_success(None)),
+        "decodability_vs_coverage": with_holm(decod_vs("coverage"), "coverage"),
+        "decodability_vs_scale": with_holm(decod_vs("scale"), "scale"),
+        "decodability_success_link": decodability_link(done, layers, headline, cfg),
         "units": {"decodability": "mean out-of-fold probe probability of the true colour and of the true shape, "
-                                  "averaged (grouped CV by composition over all 24 compositions)",
+                                  "averaged (grouped CV by composition over all 24 compositions), read from seeds "
+                                  "other than the judged ones",
                   "control_decodability": "the same for the control task (one random colour and one random shape "
                                           "label per composition): what a probe reads off without the constituents",
-                  "success": "pixel judge: the image shows the prompt's shape in the prompt's colour",
-                  "points": "one point per (fit model, composition), pooled over models; bootstrap over points, "
-                            "permutation p over pairings"},
+                  "text_decodability": "the same probe on the text encoder's output (the conditioning the UNet "
+                                       "receives), same folds",
+                  "success": "pixel judge on the judged seeds: the image shows the prompt's shape in the prompt's "
+                             "colour",
+                  "within": "Spearman within strata (ranks centred per stratum; t2i_audit/stratified.py), shuffles "
+                            "within strata for p, CI resampling clusters; the pooled figure beside it",
+                  "points": "one point per (fit model, held-out composition)"},
     }

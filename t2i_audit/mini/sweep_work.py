@@ -7,7 +7,8 @@ so workers in one ``--workers N`` sweep, or sweeps started separately on the sam
 per core), share the list without training a model twice. A killed sweep resumes: finished
 models are reused when their recorded settings match, a model whose folder holds other settings
 is refused (never overwritten), a half-trained one (no final card) is trained again, and so is one
-still to be evaluated whose weights are gone (reports/sweep keeps cards and evaluations, not weights).
+whose weights are gone (reports/sweep keeps cards and evaluations, not weights) when it is still to be
+evaluated or when ``--train-only`` asks for the weights.
 """
 
 from __future__ import annotations
@@ -22,16 +23,17 @@ from typing import Callable
 from ..errors import AuditError
 from ..resume import differences
 from ..rundir import atomic_write_text
-from .sweep import SweepConfig, generator_config, model_jobs, model_name, seen_pairs
+from .sweep_design import SweepConfig, generator_config, model_jobs, model_name, seen_pairs
 
 WEIGHT_FILES = ("unet/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors",
                 "vae/diffusion_pytorch_model.safetensors")
-EVAL_VERSION = 2  # 2: 16 px-aware grids, control decodability per composition, eval CPU seconds
+EVAL_VERSION = 3  # 2: 16 px-aware grids, control decodability per composition, eval CPU seconds; 3: decodability
+# from other seeds than the judged ones, text-encoder reference, judged seeds' headline decodability (issue 35)
 
 
 def eval_key(cfg: SweepConfig) -> dict:
-    return {"samples": cfg.samples, "eval_steps": cfg.eval_steps, "guidance": cfg.guidance, "size": cfg.size,
-            "n_splits": cfg.n_splits, "prompts": 24, "version": EVAL_VERSION,
+    return {"samples": cfg.samples, "decode_samples": cfg.decode_samples, "eval_steps": cfg.eval_steps,
+            "guidance": cfg.guidance, "size": cfg.size, "n_splits": cfg.n_splits, "prompts": 24, "version": EVAL_VERSION,
             **({"device": cfg.device} if cfg.device != "cpu" else {})}  # GPU kernels give other images
 
 
@@ -109,8 +111,10 @@ def work(out: Path, cfg: SweepConfig, *, train: bool = True, evaluate: bool = Tr
                 continue
             gcfg = generator_config(cfg, width, cov, seed)
             card = trained_card(folder, gcfg)
-            if card is not None and cached_eval(folder, cfg) is None and evaluate and not has_weights(folder):
-                card = None  # to be evaluated but its weights are gone (not committed: > 2 MB): train again
+            if card is not None and not has_weights(folder) and (not evaluate or cached_eval(folder, cfg) is None):
+                # weights are not committed (> 2 MB): a model to evaluate, or one --train-only is asked to
+                # make (its weights are what a later --eval-only reads), is trained again
+                card = None
             if card is not None:
                 log(f"{name}: done, skipped")
             elif train:

@@ -22,7 +22,7 @@ poolings = ``t<step>-cond`` / ``t<step>-uncond``).
 ``{"encoder", "layer", "pooling", "target" (slot, e.g. "c1"), "family" ("color"),
 "accuracy", "accuracy_folds", "chance" (majority class, same folds), "chance_uniform",
 "control_accuracy", "control_chance", "selectivity" (accuracy − control), "n", "n_classes",
-"n_compositions", "n_folds"}``. CV is grouped by ``composition``: test compositions are unseen.
+"n_compositions", "n_folds"}``. CV is grouped by ``scenes.prompt_groups`` (one scene or a swap twin pair): test compositions are unseen.
 
 ``probes/failure.jsonl`` — one line per encoder × layer × prompt-level pooling (eos, mean,
 denoiser): ``{"encoder", "layer", "pooling", "auroc": {"auroc", "ci", "n"},

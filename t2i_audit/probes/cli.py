@@ -47,7 +47,8 @@ def _from_folder(path: Path, *, run: bool) -> Path:
 
 def _variant(run: Path, model: str | None, lora: list[str] | None, component: list[str] | None):
     """The LoRAs / components of the run a command works on (run.yaml), the command line's checked against them."""
-    from ..variants import component_options, for_run
+    from ..variants import component_options
+    from ..variants.of_run import for_run
 
     return for_run(run, model, lora, component_options(component))
 
@@ -161,8 +162,8 @@ def predict(
     variant = _variant(from_run, model, lora, component)  # the probe was fitted on the --from run's variant
     if early:
         from .predict import load_prompts
-        from .select import scan_only
-        from .studies import freshness
+        from ..select import freshness
+        from ..select.scan import scan_only
 
         records = load_prompts(prompts, limit)
         # fresh seeds by construction, as select: in-sample risks of the probe's own training images rank nothing
@@ -248,12 +249,14 @@ def select(
     budget: Optional[float] = typer.Option(None, "--budget", help="Denoiser loop iterations per prompt: run the policy "
                                            "the --from run's selection study picks for this budget (see --study)."),
     holdout: bool = typer.Option(False, "--holdout", help="With --budget: refit the probe without the scored prompts' "
-                                 "twin groups (the prompts are unseen by it)."),
+                                 "scenes and swap twins (the prompts are unseen by it)."),
     study: bool = typer.Option(False, "--study", help="Run the selection study on the --from run instead: success "
                                "against cost of every policy and reference (probes/selection.json)."),
     binding: bool = typer.Option(False, "--binding", help="With --study: also capture per-head maps, raw slot maps, "
                                  "the CFG gap and x0 colours, and write probes/binding.json (AUROC by step per family)."),
-    bootstrap: int = typer.Option(2000, "--bootstrap", help="With --study: bootstrap resamples (twin groups) for CIs."),
+    bootstrap: int = typer.Option(2000, "--bootstrap", help="With --study: bootstrap resamples (prompt groups) for CIs."),
+    shuffles: int = typer.Option(20, "--shuffles", min=1, help="With --study: label shuffles of the permutation "
+                                 "control (each a probe fit): its null distribution."),
     batch_size: int = typer.Option(4, "--batch-size", help="Images denoised at once."),
     device: str = typer.Option("auto", "--device", help="auto | cuda | cuda:N | mps | cpu"),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
@@ -266,7 +269,7 @@ def select(
     """Seed selection: scan N seeds of each prompt to an early step, finish the K the per-image probe likes."""
     from ..api import make_config
     from ..cli_checks import require_suite
-    from .select import select_run
+    from ..select.command import select_run
 
     for p in prompts or ():  # before --from's probes are read: each input named on its own
         require_suite(p)
@@ -279,7 +282,7 @@ def select(
         from ..ownership import require_kind
 
         require_kind(from_run, "run")
-        _study(from_run, binding=binding, device=device, quiet=quiet, n_boot=bootstrap,
+        _study(from_run, binding=binding, device=device, quiet=quiet, n_boot=bootstrap, n_perm=shuffles,
                variant=_variant(from_run, model, lora, component))
         return
     model = model or _run_model(from_run)
@@ -292,13 +295,13 @@ def select(
                        "device": device, "limit": limit, "out": str(out) if out else None, **variant},
                       "select options")
     if budget is not None:
-        from .studies.budget_run import budget_select_run
+        from ..select.budget import budget_select_run
 
         _budget_echo(budget_select_run(cfg, from_run, budget=budget, seed=seed, allow_seen=allow_seen,
                                        holdout=holdout, progress=not quiet))
         return
     if seed is None:
-        from .studies.freshness import fresh_base_seed
+        from ..select.freshness import fresh_base_seed
 
         cfg = cfg.model_copy(update={"seed": fresh_base_seed(from_run, _expanded(cfg), of)})
     res = select_run(cfg, from_run, n_of=of, keep=keep, at=at, baseline=baseline, progress=not quiet,
@@ -325,7 +328,8 @@ def _expanded(cfg) -> list[dict]:
     return expand_suites(cfg.prompts, cfg.limit, 0)  # as select_run: the subset `run --limit N` takes
 
 
-def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: int = 2000, variant=None) -> None:
+def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: int = 2000, n_perm: int = 20,
+           variant=None) -> None:
     from .studies import pareto
 
     # measured by benchmarks/bench_selection_costs.py (seconds per loop iteration, decode, judge call on the
@@ -345,7 +349,8 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
                            progress=not quiet, variant=variant)
         binding_study.run(rd, n_boot=min(n_boot, 1000), progress=not quiet)
         typer.echo(f"binding study written to {rd.probes_dir / 'binding.json'}")
-    res = pareto.run(from_run, n_boot=n_boot, costs_file=costs if costs.exists() else None, progress=not quiet)
+    res = pareto.run(from_run, n_boot=n_boot, costs_file=costs if costs.exists() else None, progress=not quiet,
+                     n_perm=n_perm)
     typer.echo(f"selection study written to {Path(from_run) / 'probes' / 'selection.json'} (a policy's \"step k\" "
                f"is k of the {res['loop_steps']} loop iterations, as `probe --early` counts them)")
     for cat, r in res["categories"].items():
@@ -360,6 +365,12 @@ def _study(from_run: Path, *, binding: bool, device: str, quiet: bool, n_boot: i
             typer.echo(f"  {cat} (pre-registered) {h['policy']}: {h['success']['mean']:.3f} at "
                        f"{h['cost']['iterations']:.0f} iterations vs whole images {h['whole_images_at_same_cost']['mean']:.3f}"
                        f": {g['mean']:+.3f} (CI {g['ci'][0]:+.3f}…{g['ci'][1]:+.3f})")
+        for name, reg in (r.get("registered") or {}).items():
+            gs = reg.get("gap_to_whole_at_same_seconds")
+            if gs:
+                typer.echo(f"  {cat} (registered {name}) {reg['policy']}: {reg['success']['mean']:.3f} at "
+                           f"{reg['seconds']:.2f} s vs whole images (oracle) {reg['whole_images_at_same_seconds']['mean']:.3f}"
+                           f" at the same seconds: {gs['mean']:+.3f} (CI {gs['ci'][0]:+.3f}…{gs['ci'][1]:+.3f})")
         for B, b in r["budgets"].items():
             g = b["gap_to_whole"]
             typer.echo(f"  {cat} budget {B}: {b['success']['mean']:.3f} (whole images {b['whole_images_at_same_cost']['mean']:.3f}, "

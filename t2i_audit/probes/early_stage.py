@@ -16,9 +16,9 @@ import numpy as np
 
 from .. import stats
 from ..errors import AuditError
-from ..prompts import twin_group
 from ..records import check_run
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
+from ..scenes import prompt_groups
 from .fit import per_image
 from .stage import PROBE_READS
 from .capture.early import DEFAULT_FRACTIONS, extract_early_features, load_early, step_label
@@ -66,7 +66,7 @@ def _text_reference(rd: RunDir, prompt_ids: Sequence[str]) -> np.ndarray | None:
     return None
 
 
-MIN_GROUPS = 3  # twin groups a category needs: grouped folds with a composition on each side, and a held-out one
+MIN_GROUPS = 3  # prompt groups a category needs: grouped folds with a composition on each side, and a held-out one
 SEEDS_ABSENT = ("one image per prompt: the held-out-seeds evaluation trains on the first half of each prompt's "
                 "samples and tests on the second half; make 2 or more per prompt (-n 2)")
 
@@ -99,13 +99,13 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
     t0 = time.perf_counter()
     for cat in sorted({str(p.get("category")) for p in recs}):
         idx = np.flatnonzero(labelled & np.array([str(p.get("category")) == cat for p in recs]))
-        # folds and bootstrap clusters: a composition with its swap twin (prompts.twin_group), never split
-        group_of = np.array([twin_group(recs[i]) for i in idx])
+        # folds and bootstrap clusters: prompts showing one scene, and swap twins, never split (scenes.prompt_groups)
+        group_of = np.array(prompt_groups([recs[i] for i in idx]))
         n_groups = len(set(group_of.tolist()))
         if n_groups < MIN_GROUPS or len(np.unique(failed[idx])) < 2:
             rate = f"failure rate {failed[idx].mean():.2f}" if len(idx) else "none judged"
-            out["categories"][cat] = {"skipped": f"{len(idx)} labelled images of {n_groups} twin groups, {rate}; a "
-                                                 f"category needs ≥ {MIN_GROUPS} twin groups with both a passing and "
+            out["categories"][cat] = {"skipped": f"{len(idx)} labelled images of {n_groups} prompt groups, {rate}; a "
+                                                 f"category needs ≥ {MIN_GROUPS} prompt groups with both a passing and "
                                                  "a failing image"}
             continue
         y, groups, clusters = failed[idx], group_of, group_of
@@ -149,7 +149,8 @@ def study(rd: RunDir, *, scorer: str | None = None, n_splits: int = 5, seed: int
                                "risk": float(r), "failed": bool(f)} for i, r, f in zip(idx, risk, y)]
                     per_step[fam]["by_failure_type"] = _by_type(idx, ftypes, y, risk, clusters, n_boot, seed)
                     per_step[fam]["selection"] = per_image.selection_lift(
-                        list(clusters), 1 - y, risk, n_of=n_of, keep=keep, n_boot=n_boot, seed=seed)
+                        [rows[i][0] for i in idx], 1 - y, risk, groups=clusters, n_of=n_of, keep=keep,
+                        n_boot=n_boot, seed=seed)
                     exported["categories"][cat][f"t{step:03d}"] = per_image.export_probe(X, y, groups, seed)
             res_cat["steps"][f"t{step:03d}"] = {"iterations": step + 1, "fraction": (step + 1) / meta["loop_steps"],
                                                 "families": per_step}

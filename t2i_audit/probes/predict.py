@@ -49,7 +49,7 @@ def load_probe(from_run) -> dict:
 
 def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu",
                      batch_size: int = 32, force: bool = False, limit: int | None = None, variant=None) -> list[dict]:
-    """``variant``: the LoRAs / components the --from run was made with (t2i_audit.variants.for_run)."""
+    """``variant``: the LoRAs / components the --from run was made with (t2i_audit.variants.of_run.for_run)."""
     claim_output_file(out_path, force=force)  # before any work: an existing file is replaced only with force
     from_run = from_run.root if isinstance(from_run, RunDir) else Path(from_run)
     probe = load_probe(from_run)

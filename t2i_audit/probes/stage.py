@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import AuditError
 from ..records import check_run
 from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
+from ..scenes import prompt_groups
 from .fit import linear
 from .capture.activations import load_activations, load_array
 
@@ -107,7 +108,7 @@ def fit_probes(rd: RunDir, prompts: list[dict], encoders: Sequence[str], *, scor
         recs = [by_id[i] for i in ids if i in by_id]
         if len(recs) != len(ids):
             raise AuditError(f"{enc_dir}/index.jsonl: prompt ids not in {rd.prompts}; rerun extraction")
-        groups = np.array([p.get("composition") or p["id"] for p in recs])
+        groups = np.array(prompt_groups(recs))  # one scene, or a swap twin: never on both sides of a fold
         success = np.array([rates.get(p["id"], np.nan) for p in recs])
         labelled_sets: dict = {}  # one (failed, groups, baseline) per set of labelled rows: shared fits
         per_array = max(1, len(recs) * int(meta.get("dim") or 1) * 4)

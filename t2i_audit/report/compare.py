@@ -5,7 +5,8 @@ Pairing key: the prompt id (stable hash of suite, version, template, slots). Run
 different suites have disjoint ids, so with ``allow_different_suites`` prompts are matched by
 (template, prompt text) instead, and only the shared ones are compared; the page says so.
 An image pair counts only when every run has a verdict for it (flagged/unscored images drop
-out of all runs alike, so rates stay paired).
+out of all runs alike, so rates stay paired). The bootstrap resamples prompt groups
+(``scenes.prompt_groups``: prompts showing one scene, and swap twins, move together), not single prompts.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from .. import analysis
 from .. import deciding as rule
 from ..errors import AuditError
 from ..ownership import claim_output_dir
-from ..prompts import twin_group
 from ..rundir import RunDir, atomic_write_json, atomic_write_text
+from ..scenes import prompt_groups
 from .html import render, static_assets
 from .tables import choose_scorer, decided_by_category, load_run, write_tables
 from .thumbs import Thumbs
@@ -147,8 +148,9 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
         raise AuditError(f"no image has a verdict in every run from the scorer deciding its category "
                          f"({chosen}); score the runs first")
     p0 = {key: keyed[0][key]["prompt"] for key in shared_keys}
-    # the bootstrap unit: a prompt with its swap twin (t2i_audit.prompts.twin_group), never half of the pair
-    pair_df = pd.DataFrame([{"key": key, "unit": twin_group(p0[key]), "sample": s, "prompt": p0[key].get("text"),
+    # the bootstrap unit: prompts showing one scene, with swap twins (scenes.prompt_groups), never half of a group
+    unit = dict(zip(shared_keys, prompt_groups([p0[key] for key in shared_keys])))
+    pair_df = pd.DataFrame([{"key": key, "unit": unit[key], "sample": s, "prompt": p0[key].get("text"),
                              "category": p0[key].get("category"), "template": p0[key].get("template"),
                              **{f"verdict:{lab}": bool(r["verdict"]) for lab, r in zip(labels, rows)},
                              **{f"prompt_id:{lab}": r["prompt_id"] for lab, r in zip(labels, rows)}}

@@ -27,23 +27,23 @@ def _read(path: Path):
         return None
 
 
-def pareto_chart(series: list[dict], *, x_max: float, tick: float = 20, width=560, height=300, marks=()) -> Markup:
-    """Success (0–1) against loop iterations per prompt (a tick every ``tick``: one whole image).
+def pareto_chart(series: list[dict], *, x_max: float, tick: float = 20, width=560, height=300, marks=(),
+                 x_label: str = "denoiser loop iterations per prompt") -> Markup:
+    """Success (0–1) against cost per prompt (a tick every ``tick``: one whole image).
     ``series``: {label, colour, pts [(x, y)], band?, dash?}."""
     ml, mr, mt, mb = 44, 12, 10, 36
     pw, ph = width - ml - mr, height - mt - mb
     X = lambda v: ml + pw * min(max(v, 0), x_max) / x_max  # noqa: E731
     Y = lambda v: mt + ph * (1 - min(max(v, 0), 1))  # noqa: E731
     o = [f'<svg class="chart pareto" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-         f'aria-label="success against denoiser loop iterations per prompt">']
+         f'aria-label="success against {escape(x_label)}">']
     for t in (0, 0.25, 0.5, 0.75, 1.0):
         o.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{Y(t):.1f}" y2="{Y(t):.1f}" class="grid"/>'
                  f'<text x="{ml - 6}" y="{Y(t) + 4:.1f}" class="tl" text-anchor="end">{t:.2f}</text>')
     every = max(1, int(x_max // tick) // 10 + 1)  # at most ~10 labels
     for i in range(0, int(x_max // tick) + 1, every):
-        o.append(f'<text x="{X(i * tick):.1f}" y="{mt + ph + 14}" class="tl" text-anchor="middle">{i * tick:g}</text>')
-    o.append(f'<text x="{ml + pw / 2}" y="{height - 4}" class="al" text-anchor="middle">denoiser loop iterations '
-             f'per prompt</text>')
+        o.append(f'<text x="{X(i * tick):.1f}" y="{mt + ph + 14}" class="tl" text-anchor="middle">{i * tick:.3g}</text>')
+    o.append(f'<text x="{ml + pw / 2}" y="{height - 4}" class="al" text-anchor="middle">{escape(x_label)}</text>')
     for s in series:
         band = s.get("band")
         if band:
@@ -57,7 +57,7 @@ def pareto_chart(series: list[dict], *, x_max: float, tick: float = 20, width=56
                      f'stroke="{s["colour"]}" stroke-width="2"{dash}><title>{escape(s["label"])}</title></polyline>')
         for (a, b), (x, y) in zip(pts, s["pts"]):
             o.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.8" fill="{s["colour"]}"><title>{escape(s["label"])}: '
-                     f'{y:.3f} at {x:g} iterations</title></circle>')
+                     f'{y:.3f} at {x:.4g}</title></circle>')
     for x, y, label in marks:
         o.append(f'<circle cx="{X(x):.1f}" cy="{Y(y):.1f}" r="6" fill="none" stroke="#b2182b" stroke-width="2">'
                  f'<title>{escape(label)}</title></circle>')
@@ -65,10 +65,26 @@ def pareto_chart(series: list[dict], *, x_max: float, tick: float = 20, width=56
     return Markup("".join(o))
 
 
+def _seconds_chart(r: dict):
+    """The same frontiers against measured seconds per prompt (None when the study had no unit seconds)."""
+    whole, secs = r.get("whole_images") or [], r.get("whole_images_seconds")
+    if not whole or not secs:
+        return None
+    series = [{"label": "whole images, best of n by the final judge (oracle)", "colour": FAMILY_COLOURS["whole images"],
+               "pts": [(x, _f(w["mean"])) for x, w in zip(secs, whole)],
+               "band": [(x, _f(w["ci"][0]), _f(w["ci"][1])) for x, w in zip(secs, whole)]}]
+    for fam, front in sorted((r.get("frontiers_seconds") or {}).items()):
+        if fam in SHOWN or fam.startswith("whole images,"):
+            series.append({"label": f"{fam} (best at each cost)", "colour": FAMILY_COLOURS.get(fam, "#777"),
+                           "dash": "halving" in fam or fam.startswith("whole images,"),
+                           "pts": [(f["seconds"], _f(f["success"])) for f in front if f["seconds"] <= secs[-1]]})
+    return pareto_chart(series, x_max=secs[-1], tick=secs[0], x_label="measured seconds per prompt")
+
+
 def _category(name: str, r: dict, budgets: list) -> dict:
     whole = r.get("whole_images") or []
     x_max = max([w["iterations"] for w in whole] + [20])
-    series = [{"label": "whole images, best of n by the final judge", "colour": FAMILY_COLOURS["whole images"],
+    series = [{"label": "whole images, best of n by the final judge (oracle)", "colour": FAMILY_COLOURS["whole images"],
                "pts": [(w["iterations"], _f(w["mean"])) for w in whole],
                "band": [(w["iterations"], _f(w["ci"][0]), _f(w["ci"][1])) for w in whole]}]
     for fam in SHOWN:
@@ -92,6 +108,7 @@ def _category(name: str, r: dict, budgets: list) -> dict:
                          "folds": len(b["chosen"])})
     return {"name": name, "n": r.get("n_prompts"), "groups": r.get("n_groups"),
             "chart": pareto_chart(series, x_max=x_max, tick=whole[0]["iterations"] if whole else 20, marks=marks),
+            "chart_seconds": _seconds_chart(r), "registered": r.get("registered") or {},
             "legend": [{"label": s["label"], "colour": s["colour"], "dash": s.get("dash")} for s in series],
             "headline": head, "budgets": rows, "perm": r.get("permutation_control"),
             "seen": r.get("seen_vs_unseen"), "diffs": r.get("differences") or {}}

@@ -14,7 +14,7 @@ one refused conflict, not 100 labels.
 
 Per scorer, level (prompt/question) and category (and ``all``): ``n``, ``n_prompts``, accuracy and
 Cohen's κ of the verdict (scikit-learn), Kendall τ and Spearman ρ of the raw value against the label
-(scipy), each with a percentile-bootstrap CI resampling whole prompts (its images are not
+(scipy), each with a percentile-bootstrap CI resampling whole prompt groups (its images are not
 independent). Below the small-sample rule of :func:`t2i_audit.stats.too_few` a metric is stored as
 None and its reason under ``too_few``.
 """
@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 from ..csvsafe import to_csv
 from ..errors import AuditError
 from ..rundir import RunDir, atomic_write_json, atomic_write_text
+from ..scenes import groups_by_id
 
 TRUE = {"1", "yes", "y", "true", "t"}
 FALSE = {"0", "no", "n", "false", "f"}
@@ -128,8 +129,8 @@ def _resolve(rows: list[dict], path: Path) -> list[dict]:
 
 
 def _metrics(verdict, value, label, cluster, positive: float, n_boot: int, seed: int, items: str) -> dict:
-    """Accuracy and κ of the verdicts, τ and ρ of the values, against the labels; CIs resample whole prompts
-    (``cluster``). Below the small-sample rule (:func:`t2i_audit.stats.too_few`) a metric is stored as None with
+    """Accuracy and κ of the verdicts, τ and ρ of the values, against the labels; CIs resample whole prompt
+    groups (``cluster``). Below the small-sample rule (:func:`t2i_audit.stats.too_few`) a metric is stored as None with
     its reason under ``too_few`` (τ and ρ follow the κ rule: agreement on the same items)."""
     import warnings
 
@@ -239,6 +240,7 @@ def calibrate(run_dir: RunDir | str | Path, labels: Path | str, *, scorers: Iter
             raise AuditError(f"{rd.scores(name)}: no records for scorer {name!r} "
                              f"(have: {', '.join(available_scorers(rd)) or 'none'})")
         idx = _records_by_key(rd, name)
+        group_of = groups_by_id(rd.read_prompts())  # the unit CIs resample: one scene or a swap twin pair
         groups: dict = {}
         matched = []
         for row in rows:
@@ -252,7 +254,7 @@ def calibrate(run_dir: RunDir | str | Path, labels: Path | str, *, scorers: Iter
                 g[0].append(rec["verdict"])
                 g[1].append(rec["value"])
                 g[2].append(row["label"])
-                g[3].append(row["key"][0])  # the prompt: the unit the CIs resample
+                g[3].append(group_of.get(row["key"][0], row["key"][0]))  # the prompt's group: what the CIs resample
         res = {level: {cat: _metrics(*g, positive=positive, n_boot=n_boot, seed=seed,
                                      items="labelled images" if level == "prompt" else "labelled questions")
                        for cat, g in sorted(cats.items())} for level, cats in groups.items()}

@@ -55,19 +55,9 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from .base import Answer, QuestionScorer, ScoreItem
+from .coco import COCO_CLASSES
 from .detect import SPATIAL, relative_position
 
-# evaluation/object_names.txt: GenEval's names for the COCO classes, in mmdet's class-index order
-COCO_CLASSES = (
-    "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat", "traffic light",
-    "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat", "dog", "horse", "sheep", "cow",
-    "elephant", "bear", "zebra", "giraffe", "backpack", "umbrella", "handbag", "tie", "suitcase", "frisbee",
-    "skis", "snowboard", "sports ball", "kite", "baseball bat", "baseball glove", "skateboard", "surfboard",
-    "tennis racket", "bottle", "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple",
-    "sandwich", "orange", "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair", "couch",
-    "potted plant", "bed", "dining table", "toilet", "tv", "laptop", "computer mouse", "tv remote",
-    "computer keyboard", "cell phone", "microwave", "oven", "toaster", "sink", "refrigerator", "book",
-    "clock", "vase", "scissors", "teddy bear", "hair drier", "toothbrush")
 # evaluate_images.py COLORS and the templates of color_classification
 COLORS = ("red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white")
 COLOR_TEMPLATES = ("a photo of a {color} {object}", "a photo of a {color}-colored {object}",

@@ -74,7 +74,11 @@ def fit_and_save(rd: RunDir, name: str, matched, idx, *, positive: float = 0.5, 
     key, applies_to = spec["threshold"], spec.get("applies_to", "question")
     strict = spec.get("rule", "gt" if applies_to == "metric" else "ge") == "gt"
     prev = float((card.get("thresholds") or {}).get(key, 0.5))
-    vals, labs, groups = _data(matched, idx, applies_to, positive)
+    from ..scenes import groups_by_id
+
+    vals, labs, prompt_of = _data(matched, idx, applies_to, positive)
+    group_of = groups_by_id(rd.read_prompts())
+    groups = [group_of.get(p, p) for p in prompt_of]  # folds keep a prompt group (scenes.prompt_groups) together
     if len(vals) < 4 or len(set(labs)) < 2:
         raise AuditError(f"scorer {name}: need at least 4 labelled {applies_to} records with both "
                          f"classes to fit thresholds.{key} (have {len(vals)})")

@@ -392,7 +392,7 @@ def mask2former_model(folder: Path) -> dict:
     from transformers import (Mask2FormerConfig, Mask2FormerForUniversalSegmentation,
                               Mask2FormerImageProcessor)
 
-    from ..scorers.geneval import COCO_CLASSES
+    from ..scorers.coco import COCO_CLASSES
 
     torch.manual_seed(0)
     stages = ["stage1", "stage2", "stage3", "stage4"]

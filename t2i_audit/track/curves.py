@@ -3,10 +3,13 @@ held-out) with 95 % CIs, failure types, and decodability of the constituents fro
 capture) and the text encoders (the run's stored activations); then when held-out success first exceeds chance
 and whether decodability rises before it (timing.py).
 
-CIs resample compositions (the prompt's ``composition``: one cluster for all images and probe items of one
-composition), 2,000 times, seed 0. Decodability is read as each item's out-of-fold probability of its true
-value from a linear probe (the probe stage's ``linear.decodability_many``: standardised logistic, C = 1), folds
-grouped by composition, so a held-out composition is never in its own probe's training fold.
+CIs resample prompt groups (``units``: :func:`t2i_audit.scenes.prompt_groups`, prompts showing one scene and swap
+twins, one cluster for all their images and probe items), 2,000 times, seed 0. Decodability is read as each item's
+out-of-fold probability of its true value from a linear probe (the probe stage's ``linear.decodability_many``:
+standardised logistic, C = 1), folds grouped the same way, so a held-out composition is never in its own probe's
+training fold. A group is named by the smallest composition among its prompts: for single-object prompts (the
+mini track's, pre-registered with the composition as its unit) each group is one composition, so the units, their
+names and hence the folds and resamples are the composition's.
 """
 
 from __future__ import annotations
@@ -36,9 +39,18 @@ class Point:
     decod_rows: list = field(default_factory=list)
 
 
-def cluster(record: dict) -> str:
-    """The unit of independence of a prompt's images and probe items: its composition."""
-    return str(record.get("composition") or record["id"])
+def units(prompts: dict) -> dict[str, str]:
+    """prompt id → the unit of independence of its images and probe items: its prompt group
+    (``scenes.groups_by_id``), named by the smallest composition in it (groups that share that name are one
+    unit: neither a scene nor a composition is ever split)."""
+    from ..scenes import groups_by_id
+
+    group = groups_by_id(prompts.values())
+    name: dict[str, str] = {}
+    for pid, g in group.items():
+        c = str(prompts[pid].get("composition") or pid)
+        name[g] = min(name.get(g, c), c)
+    return {pid: name[g] for pid, g in group.items()}
 
 
 def load_points(root: Path, *, folds: int = 5, progress: bool = False) -> list[Point]:
@@ -100,7 +112,7 @@ def text_sources(run_root: Path) -> tuple[dict[str, np.ndarray], list[str], list
     return out, ids, keys
 
 
-FITS_VERSION = 1
+FITS_VERSION = 2  # 2: folds by prompt group (units), not by composition
 
 
 def decodability(root: Path, entry: ix.Entry, prompts: dict, *, folds: int = 5) -> tuple[list, dict]:
@@ -138,13 +150,14 @@ def decodability(root: Path, entry: ix.Entry, prompts: dict, *, folds: int = 5) 
 
 def _fit_sources(sources: dict, prompts: dict, folds: int) -> tuple[list, dict]:
     rows, items = [], {}
+    unit = units(prompts)
     for source, (keys, X) in sorted(sources.items()):
         recs = [prompts.get(pid) for pid, _ in keys]
         if any(r is None for r in recs):
             continue
-        per_item, target_rows = fit_source(np.asarray(X, np.float32), recs, folds=folds)
+        groups = np.array([unit[pid] for pid, _ in keys])
+        per_item, target_rows = fit_source(np.asarray(X, np.float32), recs, groups, folds=folds)
         items[source] = {k: float(v) for k, v in zip(keys, per_item)}
-        groups = np.array([cluster(r) for r in recs])
         split = np.array([r.get("split") or "train" for r in recs])
         for target, res, p_true in [("all", {}, per_item), *target_rows]:
             for s in SPLITS:
@@ -159,11 +172,12 @@ def _fit_sources(sources: dict, prompts: dict, folds: int) -> tuple[list, dict]:
     return rows, items
 
 
-def fit_source(X: np.ndarray, recs: list[dict], *, folds: int = 5, seed: int = 0) -> tuple[np.ndarray, list]:
-    """Out-of-fold p(true value) of each slot target (≥ 2 values) for every row, and their mean per row."""
+def fit_source(X: np.ndarray, recs: list[dict], groups: np.ndarray, *, folds: int = 5,
+               seed: int = 0) -> tuple[np.ndarray, list]:
+    """Out-of-fold p(true value) of each slot target (≥ 2 values) for every row, and their mean per row; folds by
+    ``groups`` (the rows' units)."""
     from ..probes.fit import linear
 
-    groups = np.array([cluster(r) for r in recs])
     slots = sorted({s for r in recs for s in (r.get("slots") or {})})
     jobs, names = [], []
     for slot in slots:
@@ -190,7 +204,8 @@ def fit_source(X: np.ndarray, recs: list[dict], *, folds: int = 5, seed: int = 0
 
 # --- success --------------------------------------------------------------------------------------
 def success_rows(point: Point) -> list[dict]:
-    """Per category (and all) × split: images passed, with the CI over compositions."""
+    """Per category (and all) × split: images passed, with the CI over prompt groups (``units``)."""
+    unit = units(point.prompts)
     df = point.run.images_df
     df = df[df["verdict"].notna()]
     rows = []
@@ -201,7 +216,7 @@ def success_rows(point: Point) -> list[dict]:
             sub = sub if s == "all" else sub[sub["split"].fillna("train") == s]
             if sub.empty:
                 continue
-            groups = [cluster(point.prompts[p]) for p in sub["prompt_id"]]
+            groups = [unit[p] for p in sub["prompt_id"]]
             summ = GroupBootstrap(np.array(groups), n_boot=N_BOOT, seed=0).summary(
                 sub["verdict"].map(bool).astype(float).to_numpy())
             rows.append({"category": cat, "split": s, "k": int(sub["verdict"].map(bool).sum()), "n": int(len(sub)),
@@ -239,7 +254,8 @@ def summarize(points: list[Point], *, chance: Optional[float] = None) -> dict:
         return out
     S, s_keys, _ = item_matrix(points, heldout_success)
     prompts = points[0].prompts
-    s_groups = [cluster(prompts[k[0]]) for k in s_keys]
+    unit = units(prompts)
+    s_groups = [unit[k[0]] for k in s_keys]
     base_rate = float(np.mean(S[:, 0])) if len(S) else None
     if chance is None:
         chance, out["chance_from"] = base_rate, "the base model's held-out success"
@@ -254,7 +270,7 @@ def summarize(points: list[Point], *, chance: Optional[float] = None) -> dict:
     if head and len(S) and len(points) > 2:
         D, d_keys, _ = item_matrix(points, lambda p: {k: v for k, v in p.decod_items.get(head, {}).items()
                                                       if prompts[k[0]].get("split") == "heldout"})
-        d_groups = [cluster(prompts[k[0]]) for k in d_keys]
+        d_groups = [unit[k[0]] for k in d_keys]
         if len(D) and sorted(set(d_groups)) == sorted(set(s_groups)):
             out["rise"] = {"source": head, **rise_lead(S, s_groups, D, d_groups, steps)}
     return out

@@ -3,7 +3,7 @@ chance, and whether decodability rises before success (the half-rise lead pre-re
 t2i_audit/mini/track_preregistered.py). numpy only.
 
 Curves are given per item (an image's verdict, a probe item's out-of-fold probability) × checkpoint, with the
-item's cluster (its composition: the unit of independence, resampled whole). Both curves of a lead are resampled
+item's cluster (its prompt group, curves.units: the unit of independence, resampled whole). Both curves of a lead are resampled
 with the same draws of clusters (paired), so the clusters must be the same set.
 """
 
@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..probes.studies.clusters import GroupBootstrap
+from ..clusters import GroupBootstrap
 
 N_BOOT = 2000
 N_NESTED = 200  # outer × inner resamples for the crossing step's own interval

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from boardkit import SETTINGS, invoke, reported_run, snapshot
+from boardkit import PROMPTS, SETTINGS, invoke, reported_run, snapshot
 from t2i_audit import analysis
 
 
@@ -68,7 +68,7 @@ def test_rank_intervals_and_paired_tests(board):
     assert o.loc["bad", "rank_lo"] >= 2 and o.loc["good", "rank_hi"] <= 2  # clearly apart at this skill gap
     assert o.loc["g3", "rank"] == o.loc["g3", "rank_lo"] == o.loc["g3", "rank_hi"] == 1  # alone in its group
     assert (o["rank_lo"] <= o["rank"]).all() and (o["rank"] <= o["rank_hi"]).all()
-    # the bootstrap unit is the twin group: 6 binding twin pairs + 8 relation + 6 count prompts
+    # the bootstrap unit is the prompt group: 6 binding twin pairs + 8 relation + 6 count prompts
     assert set(o["units"]) == {6 + 8 + 6}
     comp = _latest(board, "comparisons")
     assert set(comp["group"]) == {"G1"}  # G2 has one run: nothing is compared across groups
@@ -79,6 +79,33 @@ def test_rank_intervals_and_paired_tests(board):
     assert (comp["p_holm"] >= comp["p"] - 1e-12).all()
     adj = analysis.holm(comp["p"].to_numpy())
     assert np.allclose(comp["p_holm"], adj, equal_nan=True)  # one family: every comparison on the board
+
+
+def test_the_bootstrap_unit_is_the_prompt_group_so_a_same_scene_paraphrase_is_not_a_unit_of_its_own(tmp_path):
+    """"a blue sphere and a red cube", a prompt of its own (no twin), shows the picture of "a red cube and a blue
+    sphere", which has a swap twin: the three are one prompt group (scenes.prompt_groups), though the paraphrase's
+    own label (twin_group: its scene alone) differs from the pair's. The rank and paired bootstraps resample the
+    group whole, as every other grouping site of the package does."""
+    from synth import _binding
+
+    from t2i_audit.board import build_board
+    from t2i_audit.prompts import twin_group
+
+    a = next(p for p in PROMPTS if p["category"] == "color_binding")
+    s = a["slots"]
+    para = _binding(a["suite"], s["c2"], s["o2"], s["c1"], s["o1"])  # the same picture, named the other way round
+    assert twin_group(para) != twin_group(a)  # a label of the record alone does not join them
+    runs = [reported_run(tmp_path / name, skill=skill, model=f"model-{name}", prompts=PROMPTS + [para])
+            for name, skill in (("one", 1.0), ("two", 0.5))]
+    out = tmp_path / "board"
+    build_board(out, runs)
+    o = _latest(out, "categories")
+    assert set(o[o["category"] == "overall"]["units"]) == {6 + 8 + 6}  # 27 prompts; the paraphrase in a's unit
+    assert set(o[o["category"] == "color_binding"]["units"]) == {6}
+    for entry in _index(out)["runs"]:  # each run's stored tables carry the unit
+        images = pd.read_parquet(out / entry["files"]["images"]["path"])
+        units = images.drop_duplicates("prompt_id").set_index("prompt_id")["twin_group"]
+        assert units[para["id"]] == units[a["id"]] == units[a["twin"]] and units.nunique() == 6 + 8 + 6
 
 
 def test_rank_interval_of_equal_runs_spans_both_ranks():

@@ -24,7 +24,7 @@ def make_probed(out: Path, repo_root, **settings) -> Path:
     from t2i_audit.probes.fit.linear import onehot_constituents
     from t2i_audit.probes.fit.per_image import design, export_probe
     from t2i_audit.rundir import RunDir, atomic_write_json
-    from t2i_audit.variants import for_run
+    from t2i_audit.variants.of_run import for_run
 
     cfg = api.make_config(dict(model="mini", prompts=[str(repo_root / "prompts/mini.yaml")], limit=8,
                                images_per_prompt=2, steps=2, stages=["prompts", "generate"], out=str(out),

@@ -164,7 +164,7 @@ def test_run_names_and_identity_follow_the_prompts_content(tmp_path, monkeypatch
 
 def test_the_resume_command_names_a_shipped_suite_by_name_and_a_file_by_its_absolute_path(tmp_path, monkeypatch):
     # before: `select --prompts mini` was advised as `--prompts <cwd>/mini`, a file that does not exist
-    from t2i_audit.probes.select import resume_argv
+    from t2i_audit.select.command import resume_argv
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.yaml").write_text("")

@@ -1,5 +1,5 @@
 """`select --of N --keep K --at F` continues the kept and random seeds from the scan's latents (issue 27, item 1),
-through the same path as `select --budget` (studies/budget_exec.py). A continued image is the uninterrupted
+through the same path as `select --budget` (t2i_audit/select/execute.py). A continued image is the uninterrupted
 image of its seed when its scan batch and its finish batch are the batches a plain run makes it in; a select
 killed in its scan or its finish, resumed, and a damaged image healed end with the bytes of an uninterrupted
 select, redoing only the scan batches the unfinished finish batches need. On the session's ``probed_mini``
@@ -22,7 +22,7 @@ class Killed(BaseException):
 
 
 def _select(repo_root, probed, out, *, of, keep, baseline=True, batch=4):
-    from t2i_audit.probes.select import select_run
+    from t2i_audit.select.command import select_run
 
     cfg = api.make_config(dict(model="mini", prompts=[str(repo_root / "prompts/mini.yaml")], limit=N_PROMPTS,
                                out=str(out), device="cpu", seed=1, batch_size=batch))
@@ -74,8 +74,9 @@ def test_killed_resumed_and_healed_selects_end_with_the_uninterrupted_bytes(tmp_
     """Chunks of 3 prompts, batches of 3: scan batches straddle prompts and a finish batch draws on two scan
     batches. One select is killed mid-scan (chunk 2), resumed and killed mid-finish (chunk 2), then resumed to
     the end; another has an image damaged after it finished."""
-    from t2i_audit.probes import select as select_mod
-    from t2i_audit.probes.studies import budget_exec, continuation
+    from t2i_audit.select import continuation
+    from t2i_audit.select import execute as budget_exec
+    from t2i_audit.select import scan as select_mod
 
     monkeypatch.setattr(budget_exec, "CHUNK_PROMPTS", 3)
     clean, killed = tmp_path / "clean", tmp_path / "killed"

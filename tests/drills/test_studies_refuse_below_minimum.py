@@ -11,7 +11,8 @@ import pytest
 
 from t2i_audit import api
 from t2i_audit.errors import AuditError
-from t2i_audit.probes.studies import budget_run, pareto
+from t2i_audit.probes.studies import pareto
+from t2i_audit.select import budget
 
 from .test_folder_identity import _cli, _refused
 from .test_malformed_corpus import _snapshot
@@ -28,7 +29,7 @@ def one_image_run(tmp_path_factory):
 
 def test_probe_early_with_no_category_large_enough_is_refused(one_image_run, tmp_path, monkeypatch, capsys):
     code, _, err = _cli(["probe", one_image_run, "--early", "--at", "0.5", "-q"], tmp_path, monkeypatch, capsys)
-    _refused(code, err, ["no category can be studied per image", "a category needs ≥ 3 twin groups",
+    _refused(code, err, ["no category can be studied per image", "a category needs ≥ 3 prompt groups",
                          "(-n 4) with the command that made the run"])
     assert not (one_image_run / "probes" / "early.json").exists()
     assert not (one_image_run / "probes" / "early_probes.json").exists()
@@ -52,16 +53,16 @@ def test_select_study_on_one_image_per_prompt_is_refused(one_image_run, tmp_path
 
 
 def test_a_study_with_no_category_at_the_minimum_is_refused():
-    """Two seeds per prompt, but 3 twin groups: the selection study needs ≥ 5 with both outcomes."""
+    """Two seeds per prompt, but 3 prompt groups (twin pairs): the selection study needs ≥ 5 with both outcomes."""
     from t2i_audit.rundir import RunDir
 
-    prompts = [{"id": f"p{i}", "category": "spatial", "twin_id": f"g{i // 2}"} for i in range(6)]
+    prompts = [{"id": f"p{i}", "text": f"prompt {i}", "category": "spatial", "twin_id": f"g{i // 2}"} for i in range(6)]
     row_of = {(p["id"], k): 2 * i + k for i, p in enumerate(prompts) for k in range(2)}
     verdicts = {key: {"verdict": key[1] == 0} for key in row_of}
-    with pytest.raises(AuditError, match=r"no category can be studied — spatial: 6 prompts in 3 twin groups with every "
-                                         r"seed judged, both outcomes; a category needs ≥ 5 twin groups"):
+    with pytest.raises(AuditError, match=r"no category can be studied — spatial: 6 prompts in 3 prompt groups with every "
+                                         r"seed judged, both outcomes; a category needs ≥ 5 prompt groups"):
         pareto.refuse_unless_studiable(RunDir("run"), prompts, row_of, verdicts, 2)
-    many = [{"id": f"p{i}", "category": "spatial", "twin_id": f"g{i}"} for i in range(6)]
+    many = [{"id": f"p{i}", "text": f"prompt {i}", "category": "spatial", "twin_id": f"g{i}"} for i in range(6)]
     assert set(pareto.refuse_unless_studiable(RunDir("run"), many, row_of, verdicts, 2)) == {"spatial"}
 
 
@@ -73,4 +74,4 @@ def test_select_budget_on_a_one_seed_study_is_refused(tmp_path):
     (probes / "selection.json").write_text(json.dumps({"loop_steps": 20, "seeds_per_prompt": 1}))
     (probes / "selection_outcomes.jsonl").write_text("")
     with pytest.raises(AuditError, match=r"--budget 40: .*has 1 image per prompt \(it needs ≥ 2"):
-        budget_run.choose_for_budget(tmp_path / "run", 40.0, [{"id": "x", "category": "spatial"}])
+        budget.choose_for_budget(tmp_path / "run", 40.0, [{"id": "x", "category": "spatial"}])

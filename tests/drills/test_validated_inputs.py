@@ -17,6 +17,7 @@ import pytest
 
 from t2i_audit import stats
 from t2i_audit.prompts import twin_group
+from t2i_audit.scenes import groups_by_id
 from t2i_audit.errors import AuditError
 
 from .test_malformed_corpus import _invoke, _snapshot
@@ -140,7 +141,7 @@ def test_a_damaged_early_probes_file_is_named_with_its_key(early_run, tmp_path, 
     assert "nan" not in err.lower()
     assert _snapshot(tmp_path) == before and not (tmp_path / "r.jsonl").exists()
     with pytest.raises(AuditError, match="early_probes.json"):  # select reads through the same loader
-        from t2i_audit.probes.select import load_fitted
+        from t2i_audit.select.scan import load_fitted
 
         load_fitted(src)
 
@@ -214,7 +215,10 @@ def scored(tmp_path):
 
     from ..scorers.scenes import draw, make_run, prompt
 
-    ps = [prompt("red", "square", pid=f"p{i:012d}", category="color") for i in range(6)]
+    # six pictures (one scene each: prompts of one scene would be one unit, scenes.prompt_groups)
+    looks = [("red", "square"), ("blue", "square"), ("green", "square"), ("yellow", "square"), ("red", "circle"),
+             ("blue", "circle")]
+    ps = [prompt(c, o, pid=f"p{i:012d}", category="color") for i, (c, o) in enumerate(looks)]
     scenes = [(p, draw([("square", "red", (2, 2, 20, 20))])) for p in ps for _ in range(4)]
     rd = make_run(tmp_path / "run", scenes)
     s = Scorer(get_card("vqa-blip"))
@@ -285,9 +289,9 @@ def test_labels_matching_no_record_exit_2(scored, tmp_path, monkeypatch, capsys)
     _clean_exit(code, err, ["l.csv: none of its 4 labels matches a record of vqa-blip"])
 
 
-def test_repeated_labels_are_one_label_and_cis_resample_prompts(scored, tmp_path, monkeypatch, capsys):
+def test_repeated_labels_are_one_label_and_cis_resample_prompt_groups(scored, tmp_path, monkeypatch, capsys):
     """Raters: every image labelled three times (2 of 3 agree) is ONE label, by majority; the CIs resample
-    whole prompts, the unit of independence."""
+    whole prompt groups (scenes.prompt_groups: a scene's prompts with swap twins), the unit of independence."""
     rows = []
     truth = {}
     for img in scored.read_images():
@@ -304,7 +308,8 @@ def test_repeated_labels_are_one_label_and_cis_resample_prompts(scored, tmp_path
     assert m["n"] == 24 and m["n_prompts"] == 6
     verdict = np.array([int(pid[-1]) % 2 == 0 for pid, _ in sorted(truth)], dtype=int)
     label = np.array([truth[k] for k in sorted(truth)])
-    groups = np.array([pid for pid, _ in sorted(truth)], dtype=object)
+    group_of = groups_by_id(scored.read_prompts())
+    groups = np.array([group_of[pid] for pid, _ in sorted(truth)], dtype=object)
     assert m["accuracy"] == pytest.approx((verdict == label).mean())
     acc = lambda v, lab: float((v == lab).mean())  # noqa: E731
     assert m["accuracy_ci"] == list(stats.cluster_bootstrap_ci(acc, verdict, label, groups=groups, n_boot=50, seed=0))

@@ -132,7 +132,9 @@ def _fake_model(name, cov, seed, rng, layers, width=16, seen_rate=None):
         k = int(rng.integers(0, 11)) if split == "heldout" or seen_rate is None else round(10 * seen_rate)
         comps.append({"composition": key, "split": split, "k": k, "n": 10, "success": k / 10,
                       "decodability": {L: float(rng.random()) for L in layers},
-                      "control_decodability": {L: float(rng.random()) for L in layers}})
+                      "control_decodability": {L: float(rng.random()) for L in layers},
+                      "decodability_judged_seeds": {"mid@middle": float(rng.random())},
+                      "text_decodability": float(rng.random())})
     succ = {}
     for s in ("heldout", "seen", "uncovered"):
         k = sum(c["k"] for c in comps if c["split"] == s)
@@ -148,31 +150,53 @@ GRID = [(w, c, s) for w in (16, 32) for c in (1 / 3, 0.5, 0.75, 1.0) for s in (0
 
 
 def test_aggregate_numbers_equal_scipy_on_the_same_points():
-    from scipy.stats import spearmanr
+    """Every headline is the within-stratum figure (coverage within width, width within coverage, the link
+    within coverage) and equals scipy on the same points; the pooled figures stand beside."""
+    from scipy.stats import pearsonr, rankdata, spearmanr
 
     rng = np.random.default_rng(3)
     models = [_fake_model(f"m{i}", cov, seed, rng, LAYERS, width=w, seen_rate=0.9)
               for i, (w, cov, seed) in enumerate(GRID)]
     agg = sweep_stats.aggregate(models, sweep.SweepConfig(n_boot=200, n_perm=200), "mid@middle")
     assert agg["headline_layer"] == "mid@middle" and agg["n_models"] == 16 and agg["excluded_unfit"] == []
-    held = [m["eval"]["success"]["heldout"]["rate"] for m in models]
-    for axis, key in (("coverage", "coverage"), ("scale", "width")):
-        c1 = agg[f"heldout_success_vs_{axis}"]["spearman_over_models"]["spearman"]
+    held = np.array([m["eval"]["success"]["heldout"]["rate"] for m in models])
+
+    def centred(v, strata):
+        v, strata = np.asarray(v, float), np.asarray(strata)
+        out = np.zeros(len(v))
+        for s_ in set(strata.tolist()):
+            m = strata == s_
+            out[m] = rankdata(v[m]) - rankdata(v[m]).mean()
+        return out
+
+    for axis, key, other in (("coverage", "coverage", "width"), ("scale", "width", "coverage")):
+        c = agg[f"heldout_success_vs_{axis}"]
+        c1 = c["spearman_over_models"]["spearman"]
         assert c1["r"] == pytest.approx(spearmanr([m[key] for m in models], held)[0], abs=1e-4)
-        assert c1["ci"][0] <= c1["r"] <= c1["ci"][1] and 0 < c1["p_perm"] <= 1
-    c2 = agg["decodability_vs_success_heldout"]
-    pts = c2["headline"]["points"]
+        x, st = [m[key] for m in models], [m[other] for m in models]
+        assert c["within"]["strata"] == other
+        assert c["within"]["within"]["rho"] == pytest.approx(pearsonr(centred(x, st), centred(held, st))[0], abs=1e-4)
+        assert c["within"]["within"]["n_perm"] == 200 and 0 < c["within"]["within"]["p_perm"] <= 1
+    link = agg["decodability_success_link"]
+    den = link["readings"]["denoiser"]
+    pts = den["points"]
     assert len(pts) == 16 * 6 and {p["composition"] for p in pts} == {f"{c} {s}" for c, s in world.HELDOUT_PAIRS}
-    assert c2["headline"]["spearman"]["r"] == pytest.approx(
-        spearmanr([p["x"] for p in pts], [p["y"] for p in pts])[0], abs=1e-4)
-    ctl = agg["control_decodability_vs_success_heldout"]
-    xs = [c["control_decodability"]["mid@middle"] for m in models for c in m["eval"]["per_composition"]
-          if c["split"] == "heldout"]
-    assert ctl["spearman"]["r"] == pytest.approx(spearmanr(xs, [p["y"] for p in pts])[0], abs=1e-4)
-    assert set(c2["exploration"]) == set(LAYERS) - {"mid@middle"}
-    raw = [c2["exploration"][L]["spearman"]["p_perm"] for L in sorted(c2["exploration"])]
-    assert [c2["exploration"][L]["spearman"]["p_holm"] for L in sorted(c2["exploration"])] == pytest.approx(
+    x, y, cov = [p["x"] for p in pts], [p["y"] for p in pts], [p["coverage"] for p in pts]
+    assert den["within"]["rho"] == pytest.approx(pearsonr(centred(x, cov), centred(y, cov))[0], abs=1e-4)
+    assert den["pooled"]["rho"] == pytest.approx(spearmanr(x, y)[0], abs=1e-4)
+    for p in den["per_stratum"]:
+        m = np.array(cov) == p["stratum"]
+        assert p["rho"] == pytest.approx(spearmanr(np.array(x)[m], np.array(y)[m])[0], abs=1e-4)
+    assert den["strata"] == "coverage" and den["n_clusters"] == 6 and den["within"]["ci"][0] is not None
+    text = [c["text_decodability"] for m in models for c in m["eval"]["per_composition"] if c["split"] == "heldout"]
+    assert link["readings"]["text_encoder"]["within"]["rho"] == pytest.approx(
+        pearsonr(centred(text, cov), centred(y, cov))[0], abs=1e-4)
+    assert set(link["readings"]) == {"denoiser", "text_encoder", "judged_seeds", "control"}
+    assert set(link["exploration"]) == set(LAYERS) - {"mid@middle"}
+    raw = [link["exploration"][L]["p_perm"] for L in sorted(link["exploration"])]
+    assert [link["exploration"][L]["p_holm"] for L in sorted(link["exploration"])] == pytest.approx(
         sweep_stats.holm(raw), abs=1e-4)
+    assert [p["coverage"] for p in link["per_coverage"]] == [1 / 3, 0.5, 0.75, 1.0]
     per = agg["per_coverage"]
     assert [p["coverage"] for p in per] == [1 / 3, 0.5, 0.75, 1.0] and all(p["n_models"] == 4 for p in per)
     assert [(p["width"], p["n_models"]) for p in agg["per_width"]] == [(16, 8), (32, 8)]
@@ -180,6 +204,22 @@ def test_aggregate_numbers_equal_scipy_on_the_same_points():
     k = sum(m["eval"]["success"]["heldout"]["k"] for m in models if m["coverage"] == 1 / 3)
     h0 = per[0]["heldout"]
     assert h0["k"] == k and h0["ci"][0] <= h0["rate"] <= h0["ci"][1]
+
+
+def test_the_link_is_read_within_coverage_not_through_it():
+    """Success and decodability both rise with coverage and are unrelated within it: the pooled ρ is large, the
+    within-coverage headline is not (the confound issue 35 found in the committed sweep)."""
+    rng = np.random.default_rng(5)
+    models = [_fake_model(f"m{i}", cov, seed, rng, LAYERS, width=w, seen_rate=0.9)
+              for i, (w, cov, seed) in enumerate(GRID)]
+    for m in models:
+        for c in m["eval"]["per_composition"]:
+            c["success"] = min(1.0, m["coverage"] * 0.8 + 0.1 * rng.random())
+            c["decodability"]["mid@middle"] = m["coverage"] * 0.5 + 0.1 * rng.random()
+    den = sweep_stats.aggregate(models, sweep.SweepConfig(n_boot=200, n_perm=500), "mid@middle")[
+        "decodability_success_link"]["readings"]["denoiser"]
+    assert den["pooled"]["rho"] > 0.8
+    assert abs(den["within"]["rho"]) < 0.25 and den["within"]["p_perm"] > 0.01
 
 
 def test_a_model_below_the_fit_bar_is_flagged_and_excluded_from_every_claim():
@@ -198,7 +238,7 @@ def test_a_model_below_the_fit_bar_is_flagged_and_excluded_from_every_claim():
     c1 = agg["heldout_success_vs_coverage"]["spearman_over_models"]
     assert c1["n"] == 15 and c1["spearman"]["r"] == pytest.approx(
         spearmanr([m["coverage"] for m in fit], [m["eval"]["success"]["heldout"]["rate"] for m in fit])[0], abs=1e-4)
-    pts = agg["decodability_vs_success_heldout"]["headline"]["points"]
+    pts = agg["decodability_success_link"]["readings"]["denoiser"]["points"]
     assert len(pts) == 15 * 6 and "unfit" not in {p["model"] for p in pts}
     cell = next(p for p in agg["per_cell"] if p["width"] == 16 and p["coverage"] == 0.5)
     assert cell["n_models"] == 1 and cell["seeds"] == [0]
@@ -267,14 +307,21 @@ def test_smoke_sweep_end_to_end(smoke_run):
         assert d["color"]["chance_uniform"] == pytest.approx(1 / 6, abs=1e-3)
         assert sorted(c["composition"] for c in e["per_composition"] if c["split"] == "heldout") == sorted(held)
         assert all(0 <= c["control_decodability"]["mid@middle"] <= 1 for c in e["per_composition"])
+        # decodability from other seeds than the judged; the references beside it
+        assert all(c["n"] == data["config"]["samples"] for c in e["per_composition"])
+        assert data["config"]["decode_samples"] == 2 and "never judged" in e["seeds"]["decoded"]
+        assert all(0 <= c["text_decodability"] <= 1 and 0 <= c["decodability_judged_seeds"]["mid@middle"] <= 1
+                   for c in e["per_composition"])
     agg = data["aggregate"]
     assert agg["headline_layer"] == "mid@middle" and agg["n_models"] == 2
+    assert agg["decodability_success_link"]["readings"]["denoiser"]["strata"] == "coverage"
     cu, cards = data["compute"], [json.loads((out / m["folder"] / "card.json").read_text()) for m in data["models"]]
     assert cu["models_counted"] == 2 and cu["train_cpu_seconds"] == pytest.approx(sum(c["cpu_seconds"] for c in cards))
     assert cu["minutes_on_2_cores"] == pytest.approx(
         (cu["train_cpu_seconds"] + sum(m["eval"]["eval_cpu_seconds"] for m in data["models"])) / 120, abs=0.06)
     page = (out / "index.html").read_text()
     assert "Pre-registered headline layer" in page and "SMOKE run" in page and "NO — excluded" not in page
+    assert "within coverage" in page and "Text encoder only" in page
     r = data["models"][0]["eval"]["success"]["heldout"]
     assert f"({r['k']}/{r['n']})" in page and "https://" not in page and "<script src" not in page
     assert len(re.findall(r"<svg class=\"chart\"", page)) == 2 and "&lt;svg" not in page  # not escaped
@@ -304,6 +351,31 @@ def test_smoke_success_equals_plain_pipeline_call_judged_again(smoke_run):
     assert ims[0].size == (cfg["size"], cfg["size"])
     stored = next(c for c in m["eval"]["per_composition"] if c["composition"] == "red triangle")
     assert stored["k"] == sum(prompt_passes(im, prompts[i]) for im in ims) and stored["n"] == cfg["samples"]
+
+
+def test_smoke_text_reference_is_what_the_unet_receives(smoke_run):
+    """The text-encoder reference's features are the conditioning the UNet's cross-attention gets in a plain
+    pipeline call (the conditional half of encoder_hidden_states under guidance), not a re-encoding."""
+    import torch
+
+    from t2i_audit.mini.components import load_pipeline
+    from t2i_audit.mini.sweep_eval import eval_prompts, text_features
+
+    out, _ = smoke_run
+    data = json.loads((out / "sweep.json").read_text())
+    cfg = data["config"]
+    pipe = load_pipeline(out / data["models"][0]["folder"])
+    texts = [p["text"] for p in eval_prompts()[:3]]
+    seen = []
+    hook = pipe.unet.register_forward_pre_hook(
+        lambda _m, args, kw: seen.append(kw["encoder_hidden_states"].detach().clone()), with_kwargs=True)
+    try:
+        pipe(texts, num_inference_steps=1, guidance_scale=cfg["guidance"], height=cfg["size"], width=cfg["size"],
+             generator=torch.Generator().manual_seed(0))
+    finally:
+        hook.remove()
+    cond = seen[0][len(texts):].reshape(len(texts), -1).numpy()  # [unconditional, conditional]
+    np.testing.assert_allclose(text_features(pipe, texts), cond, rtol=0, atol=1e-6)
 
 
 def test_smoke_sweep_resumes_without_retraining_and_flags_unfit_models(smoke_run):
@@ -346,6 +418,18 @@ def test_a_model_to_evaluate_without_its_weights_is_trained_again_and_only_that_
     assert "w8_cov050_seed0: training" in res.output and "w8_cov100_seed0: done, skipped" in res.output
     assert res.output.count("training") == 1 and res.output.count("evaluating") == 1
     assert (folder / "sweep_eval.json").is_file() and json.loads((out / "sweep.json").read_text())["complete"]
+
+
+def test_train_only_trains_an_evaluated_model_whose_weights_are_gone(smoke_run):
+    """A checkout of reports/sweep has evaluations but no weights: --train-only makes them (for a
+    later --eval-only), it does not skip the model as done."""
+    out, _ = smoke_run
+    (out / "models" / "w8_cov100_seed0" / "unet" / "diffusion_pytorch_model.safetensors").unlink(missing_ok=True)
+    res = _sweep_cli("--out", out, "--smoke", "--fit-threshold", 0, "--train-only")
+    assert res.exit_code == 0, res.output
+    assert "w8_cov100_seed0: training" in res.output and "w8_cov050_seed0: done, skipped" in res.output
+    assert "evaluating" not in res.output
+    assert (out / "models" / "w8_cov100_seed0" / "unet" / "diffusion_pytorch_model.safetensors").is_file()
 
 
 def test_a_model_held_by_another_worker_is_skipped(tmp_path):

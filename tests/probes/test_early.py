@@ -138,13 +138,13 @@ def test_study_references_are_recomputable(mini_run, studied):
 
 def test_select_end_to_end(mini_run, studied, tmp_path):
     from t2i_audit.generate import image_seed
-    from t2i_audit.probes.select import select_run
+    from t2i_audit.select.command import select_run
 
     cats = [c for c, r in studied["categories"].items() if "steps" in r]
     prompts = [p for p in mini_run.read_prompts() if p["category"] in cats]
     src = tmp_path / "prompts.jsonl"
     src.write_text("".join(json.dumps(p) + "\n" for p in prompts))
-    # seed 1: the run's own seed 0 would scan its training images (studies/freshness.py refuses that)
+    # seed 1: the run's own seed 0 would scan its training images (select/freshness.py refuses that)
     cfg = api.make_config(dict(model="mini", prompts=[str(src)], out=str(tmp_path / "sel"), device="cpu", seed=1))
     res = select_run(cfg, mini_run.root, n_of=2, keep=1, at=0.2, n_boot=50, progress=False)
     # scan 2 seeds x 2 iterations + continue 1 from its latents x 4 (not 6 again), against best-of-2 by the final
@@ -178,7 +178,7 @@ def test_select_end_to_end(mini_run, studied, tmp_path):
 
 
 def test_select_needs_a_probed_run(mini_run, tmp_path):
-    from t2i_audit.probes.select import load_fitted
+    from t2i_audit.select.scan import load_fitted
 
     with pytest.raises(AuditError, match="early_probes.json"):
         load_fitted(tmp_path)
@@ -273,7 +273,7 @@ def test_select_on_a_tiny_twin(tmp_path):
     this proves the plumbing — scan, risks from the exported arrays, finish, score — not a prediction)."""
     from t2i_audit.probes.early_stage import _clean
     from t2i_audit.probes.fit.per_image import design, export_probe
-    from t2i_audit.probes.select import select_run
+    from t2i_audit.select.command import select_run
     from t2i_audit.rundir import atomic_write_json
 
     suite = tmp_path / "suite.yaml"

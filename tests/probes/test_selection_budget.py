@@ -14,8 +14,9 @@ from t2i_audit import api, stats
 from t2i_audit.cli import app
 from t2i_audit.errors import AuditError
 from t2i_audit.generate import image_seed
-from t2i_audit.probes.studies import budget_run, freshness
-from t2i_audit.probes.studies.selection import Staged, Whole
+from t2i_audit.select import budget as budget_run
+from t2i_audit.select import freshness
+from t2i_audit.select.policies import Staged, Whole
 from t2i_audit.rundir import RunDir, read_jsonl
 
 STEPS = 4
@@ -37,7 +38,7 @@ def fitted(tmp_path_factory, repo_root):
     src = out.parent / "prompts.jsonl"
     src.write_text("".join(json.dumps(p) + "\n" for p in picked))
     cfg = api.make_config(dict(model="mini", prompts=[str(src)], images_per_prompt=4, steps=STEPS,
-                               scorers=["mini-pixel"], stages=["prompts", "generate", "score"], out=str(out),
+                               scorers=["mini-pixel", "mini-judge"], stages=["prompts", "generate", "score"], out=str(out),
                                device="cpu"))
     rd = RunDir(api.run_audit(cfg, progress=False))
     with pytest.MonkeyPatch.context() as mp:  # 8-16 prompts a category are "too few" for a printed AUROC
@@ -46,7 +47,7 @@ def fitted(tmp_path_factory, repo_root):
         run_early_stage(rd, model="mini", fractions=(0.2, 0.5), n_boot=20, progress=False)
     # the command a user runs: the binding capture and study, then the selection study (5 folds, 2,000 resamples)
     res = CliRunner().invoke(app, ["select", "--from", str(rd.root), "--study", "--binding", "--bootstrap", "200",
-                                   "--quiet"])
+                                   "--shuffles", "3", "--quiet"])
     assert res.exit_code == 0, res.output
     rd.study_output = res.output
     return rd
@@ -68,6 +69,17 @@ def test_study_curves_controls_and_runnable_outcomes(fitted):
             assert 0 <= p["success"] <= 1 and p["cost"]["iterations"] > 0
         assert set(r["budgets"]) == {str(b) for b in res["budgets"]}
         assert {"auroc", "lift_over_random"} <= set(r["permutation_control"])
+        null = r["permutation_control"]["null"]  # a null distribution, not one shuffle
+        assert r["permutation_control"]["n_shuffles"] == 3 and 0 <= null["auroc"]["observed_quantile_in_null"] <= 1
+        assert null["auroc"]["p"] in (0.25, 0.5, 0.75, 1.0)  # (1 + k) / (1 + 3)
+        # the oracle named, the non-oracle baseline beside it, seconds on every row (the measured units)
+        assert any(p["oracle"] for p in r["policies"]) and not any(p["oracle"] for p in r["policies"]
+                                                                     if p["family"] != "whole images")
+        assert {p["spec"]["n"] for p in r["policies"] if p["spec"]["kind"] == "whole-judged"
+                and p["spec"]["judge"] == "mini-judge"} == {2, 3, 4}
+        assert all(p["seconds"] > 0 and p["gap_seconds_ci"] is not None for p in r["policies"]
+                   if p["family"] not in ("random",))
+        assert r["frontiers_seconds"] and len(r["whole_images_seconds"]) == 4
         assert "seen prompts" in r["seen_vs_unseen"] and "unseen prompts" in r["seen_vs_unseen"]
     # the headline scans 6 seeds: this run has 4, so it says so instead of a number
     assert "skipped" in res["categories"]["spatial"]["headline"]
@@ -150,7 +162,20 @@ def test_a_probe_policy_scans_ranks_and_continues(fitted, tmp_path, monkeypatch)
         kept = [r["sample"] for r in mine if "kept" in r["roles"]]
         assert kept == [min(mine[:3], key=lambda r: (r["risk"], r["sample"]))["sample"]]
         assert sum("random" in r["roles"] for r in mine) == 1
-        assert [r["sample"] for r in mine if "whole" in r["roles"]] == [0, 1]  # 8 iterations: 2 whole images
+        assert [r["sample"] for r in mine if "whole" in r["roles"]] == [0, 1, 2]  # every scanned seed finished
+    # the baselines are expectations over the finished seeds, not one draw: best of 2 (8 iterations) over the
+    # 3 pairs of 3 seeds, one random seed = their mean
+    from math import comb
+
+    from t2i_audit.probes.early_stage import image_verdicts
+
+    out = RunDir(tmp_path / "sel")
+    verdicts, _, _ = image_verdicts(out, out.read_prompts())
+    for cat, c in got["categories"].items():
+        pids = [p["id"] for p in out.read_prompts() if str(p.get("category")) == cat]
+        fails = [sum(not verdicts[(pid, k)]["verdict"] for k in range(3)) for pid in pids]
+        assert c["whole_images_at_same_cost"]["mean"] == pytest.approx(np.mean([1 - comb(f, 2) / 3 for f in fails]))
+        assert c["random_seed"]["mean"] == pytest.approx(np.mean([1 - f / 3 for f in fails]))
 
 
 TINY_SUITE = """suite: tiny-budget
@@ -226,9 +251,11 @@ def test_selection_study_renders_in_a_browser(fitted, tmp_path):
     dom = r.stdout
     section = dom[dom.index('id="selection-study"'):]
     section = section[:section.index("</section>")]
-    assert section.count('<svg class="chart pareto"') == len(studied)
-    assert section.count("whole images, best of n by the final judge</title></polyline>") == len(studied)
-    assert section.count("probe (best at each cost)</title></polyline>") == len(studied)
+    # success against loop iterations and against measured seconds, the oracle named on both
+    assert section.count('<svg class="chart pareto"') == 2 * len(studied)
+    assert section.count('aria-label="success against measured seconds per prompt"') == len(studied)
+    assert section.count("whole images, best of n by the final judge (oracle)</title></polyline>") == 2 * len(studied)
+    assert section.count("probe (best at each cost)</title></polyline>") == 2 * len(studied)
     assert section.count('<table class="plain sel-budgets small">') == len(studied)
     assert "Permutation control" in section and "Seen vs unseen prompts" in section
     assert "Pre-registered (2026-12-05" in section

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from t2i_audit.errors import AuditError
-from t2i_audit.probes.studies.continuation import Snapshot, continue_batch, snapshot_maker
+from t2i_audit.select.continuation import Snapshot, continue_batch, snapshot_maker
 
 TEXTS = ["a red circle to the left of a blue square", "a green triangle", "a yellow cross and a purple circle"]
 SEEDS = [11, 22, 33]

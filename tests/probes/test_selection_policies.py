@@ -9,10 +9,11 @@ import itertools
 import numpy as np
 import pytest
 
-from t2i_audit.probes.studies import budget, costs
-from t2i_audit.probes.studies.clusters import GroupBootstrap, holm
-from t2i_audit.probes.studies.selection import (Staged, Whole, WholeMix, grid, on_curve, policy_from_dict,
-                                                  simulate, whole_curve, whole_success)
+from t2i_audit.clusters import GroupBootstrap, holm
+from t2i_audit.select import choose as budget
+from t2i_audit.select import cost as costs
+from t2i_audit.select.policies import (Staged, Whole, WholeJudged, WholeMix, grid, on_curve, policy_from_dict,
+                                      simulate, whole_curve, whole_success)
 
 T = 20
 
@@ -42,6 +43,67 @@ def test_cost_rejects_impossible_rungs_and_converts_to_seconds():
         costs.staged(8, [(1, 4), (3, 1)], T, continued=False)
     c = costs.Cost(40, 1, 2)
     assert c.seconds({"iteration": 0.01, "decode": 0.1, "judge_call": 1.0}) == pytest.approx(0.4 + 0.1 + 2.0)
+
+
+UNIT = {"iteration": 0.01, "decode": 0.1, "judge_call": 1.0, "continued_iteration": 0.011, "read": 0.001,
+        "scan_iteration": {"probe": 0.012, "rawmaps": 0.013, "x0-fitted": 0.014},
+        "judge_call_by": {"mini-judge": 2.0}}
+
+
+def test_seconds_count_the_scan_capture_the_continuation_the_reads_and_who_judges():
+    """What the user pays: a scan iteration carries its ranking's capture, a continued one its own unit, every
+    scanned seed one read; a preview ranking its decodes and judge calls; best of n picked by another judge
+    that judge's calls."""
+    head = Staged("probe", 6, ((3, 1),))
+    c = head.cost(T)
+    assert (c.scan_iterations, c.continued_iterations, c.reads) == (24, 16, 6)
+    assert head.seconds(UNIT, T) == pytest.approx(24 * 0.012 + 16 * 0.011 + 6 * 0.001 + 1 * 0.1)
+    x0 = Staged("x0-fitted", 6, ((3, 1),))
+    assert x0.seconds(UNIT, T) == pytest.approx(24 * 0.014 + 16 * 0.011 + 6 * 0.001 + 7 * 0.1 + 6 * 1.0)
+    halving = Staged("rawmaps", 8, ((1, 4), (3, 1)))
+    assert (halving.cost(T).scan_iterations, halving.cost(T).reads) == (16 + 8, 8 + 4)
+    regenerated = Staged("probe", 4, ((3, 1),), continued=False)
+    assert regenerated.seconds(UNIT, T) == pytest.approx(16 * 0.012 + 20 * 0.01 + 4 * 0.001 + 0.1)
+    assert Whole(4).seconds(UNIT, T) == pytest.approx(80 * 0.01 + 4 * 0.1 + 4 * 1.0)
+    assert WholeJudged(4).seconds(UNIT, T) == pytest.approx(80 * 0.01 + 4 * 0.1 + 4 * 2.0)
+    assert WholeMix(30.0, T).seconds(UNIT, T) == pytest.approx(0.5 * Whole(1).seconds(UNIT, T)
+                                                               + 0.5 * Whole(2).seconds(UNIT, T))
+    assert "oracle" in Whole(2).name and "not the ground truth" in WholeJudged(2).name
+    assert policy_from_dict(WholeJudged(3, "mini-judge").as_dict()) == WholeJudged(3, "mini-judge")
+
+
+def test_best_of_n_picked_by_another_judge_is_the_mean_over_every_subset():
+    """The non-oracle baseline: in each n-subset the image the other judge scores highest (ties: the lower seed)
+    is handed over; success is the ground truth's verdict on it."""
+    rng = np.random.default_rng(2)
+    success = (rng.random((25, 8)) < 0.4).astype(float)
+    score = np.round(rng.random((25, 8)) + 0.5 * success, 1)  # an informative, coarse judge with ties
+    risks = {"judge:mini-judge": {"final": -score}}
+    for n in (2, 3, 5):
+        got = simulate(WholeJudged(n), success, risks)
+        brute = [_subset_mean(success[i:i + 1], n, lambda sub, i=i: float(
+            success[i, sorted(sub, key=lambda k: (-score[i, k], k))[0]])) for i in range(25)]
+        assert np.allclose(got, brute)
+        assert (got <= whole_success(success, n) + 1e-12).all()  # never above the oracle
+
+
+def test_the_gap_at_equal_seconds_reads_the_whole_image_curve_in_seconds():
+    from t2i_audit.probes.studies.pareto import _policy_rows, seconds_curve
+
+    rng = np.random.default_rng(4)
+    success = (rng.random((40, 8)) < 0.3).astype(float)
+    risks = {"probe": {3: rng.random((40, 8))}}
+    curve = whole_curve(success, T)
+    boot = GroupBootstrap(np.arange(40), 200, 0)
+    head = Staged("probe", 6, ((3, 1),))
+    rows, per = _policy_rows([Whole(1), Whole(2), head], success, risks, curve, T, boot, UNIT)
+    xs, ys = seconds_curve(curve, T, UNIT)
+    assert xs[1] == pytest.approx(Whole(2).seconds(UNIT, T))
+    expect = per[:, 2] - on_curve((xs, ys), head.seconds(UNIT, T))
+    assert rows[2]["seconds"] == pytest.approx(head.seconds(UNIT, T))
+    assert rows[2]["gap_to_whole_at_same_seconds"] == pytest.approx(expect.mean())
+    assert rows[2]["gap_to_whole"] == pytest.approx((per[:, 2] - on_curve(curve, 40)).mean())
+    assert rows[1]["oracle"] and not rows[0]["oracle"] and not rows[2]["oracle"]
 
 
 def _subset_mean(success, n, pick):

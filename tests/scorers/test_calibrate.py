@@ -25,7 +25,11 @@ N = len(LABELS)
 
 @pytest.fixture
 def run(tmp_path):
-    ps = [prompt("red", "square", pid=f"p{i:012d}", category="color" if i % 6 < 3 else "spatial") for i in range(N)]
+    # 24 different pictures (a colour-shape pair each): the CIs resample prompt groups, and prompts showing one
+    # scene would be one group (scenes.prompt_groups)
+    colors, shapes = ("red", "green", "blue", "yellow", "purple", "orange"), ("square", "circle", "cube", "star")
+    ps = [prompt(colors[i % 6], shapes[i // 6], pid=f"p{i:012d}", category="color" if i % 6 < 3 else "spatial")
+          for i in range(N)]
     ps.append(prompt("red", "square", pid="p" + "9" * 12))  # a flagged image: not in the sheet
     rd = make_run(tmp_path / "run", [(p, draw([("square", "red", (2, 2, 20, 20))])) for p in ps], flags={N: ["nsfw"]})
     s = Scorer(get_card("vqa-blip"))

@@ -126,7 +126,7 @@ def test_missing_peft_names_the_extra(files, monkeypatch):
 
 
 def test_commands_on_a_run_use_its_variant_and_refuse_another(files, tmp_path, monkeypatch, capsys):
-    from t2i_audit.variants import for_run
+    from t2i_audit.variants.of_run import for_run
 
     out = tmp_path / "run"
     lora = tmp_path / "mine.safetensors"

@@ -106,7 +106,7 @@ def denoiser_rows(pipe, encoder: str, length: int, call: dict | None) -> list[in
 def replay_batch(pipe, batch: list[tuple[dict, int]], seeds: list[int], s: dict, steps: list[int],
                   previews: bool, extra: Sequence = ()) -> dict[str, np.ndarray]:
     """One planned batch replayed to ``max(steps)``: ``{"<family>__t<step>": (len(batch), …)}``. ``extra``: more
-    ``run_hooked`` attach makers (select's snapshot of the latents, studies/continuation.py)."""
+    ``run_hooked`` attach makers (select's snapshot of the latents, select/continuation.py)."""
     from .attention import AttentionRecorder, has_cross_attention
     from .denoiser import run_hooked
     from ..features.map_features import image_features

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .result import FitResult
+
 HISTORY = 5        # L-BFGS pairs (3 to 20 take 42-45 iterations alike on probe problems, measured)
 RANK = 128         # eigen-directions the preconditioner rescales
 FLAT = 10.0        # top / mean eigenvalue ratio above which the preconditioner is used
@@ -27,8 +29,6 @@ C1, MAX_HALVINGS = 1e-4, 30
 
 
 def solve(b, init, *, tol, max_iter):
-    from .logistic import FitResult
-
     torch, D = b.torch, b.D
     P = len(b.arr)
     every = np.arange(P)

@@ -204,14 +204,15 @@ def failure_prediction_many(jobs: Sequence[tuple], *, n_splits: int = 5, seed: i
     out = []
     for (failed, folds, b), risk, job in zip(preps, risks, jobs):
         out.append(_failure_result(failed, folds, risk, bases[b], seed=seed, n_boot=n_boot,
-                                   n_compositions=len(np.unique(np.asarray(job[2])))))
+                                   n_compositions=len(np.unique(np.asarray(job[2]))), groups=np.asarray(job[2])))
     return out
 
 
-def _failure_result(failed, folds, risk, base, *, seed, n_boot, n_compositions=None) -> dict:
-    probe_auc = stats.auroc_ci(failed, risk, n_boot=n_boot, seed=seed)
-    base_auc = stats.auroc_ci(failed, base, n_boot=n_boot, seed=seed)
-    diff = stats.auroc_diff_ci(failed, risk, base, n_boot=n_boot, seed=seed)
+def _failure_result(failed, folds, risk, base, *, seed, n_boot, n_compositions=None, groups=None) -> dict:
+    # CIs resample the folds' groups (a prompt group: one scene or a swap twin pair moves together)
+    probe_auc = stats.auroc_ci(failed, risk, n_boot=n_boot, seed=seed, groups=groups)
+    base_auc = stats.auroc_ci(failed, base, n_boot=n_boot, seed=seed, groups=groups)
+    diff = stats.auroc_diff_ci(failed, risk, base, n_boot=n_boot, seed=seed, groups=groups)
     if math.isnan(diff["diff"]):
         verdict = "undetermined (only one outcome among these prompts)"
     elif diff["ci"][0] > 0:

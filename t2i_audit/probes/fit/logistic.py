@@ -26,27 +26,16 @@ Unscaled problems are centred on their train mean (the intercept absorbs it; ``m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+
+from .result import FitResult
 
 EPS = np.finfo(np.float64).eps
 TOL = 1e-7           # max|∇f| at which a problem is converged (f: mean log-loss + penalty)
 MAX_ITER = 2000      # solver iterations (measured: 40–190 on probe-shaped problems)
 SMALL = 1 << 16      # train rows × dims under which a batch multiplies all groups in one batched matmul
-
-
-@dataclass
-class FitResult:
-    proba: np.ndarray      # (P, n, K) probabilities for every row of the problem's array
-    coef: np.ndarray       # (P, K, D) on standardized features (binary: row classes[1] is sklearn's coef_)
-    intercept: np.ndarray  # (P, K)
-    mean: np.ndarray       # (P, D) the standardization of each problem: z = (x - mean) / scale
-    scale: np.ndarray      # (P, D)
-    n_iter: np.ndarray     # (P,) solver iterations
-    grad_max: np.ndarray   # (P,) max|∇f| at the answer, in float64
-    converged: np.ndarray  # (P,) grad_max <= tol
 
 
 def resolve_device(device: str | None) -> str:

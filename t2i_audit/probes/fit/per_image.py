@@ -118,14 +118,15 @@ def compare(y: np.ndarray, risk: np.ndarray, refs: Mapping[str, np.ndarray], clu
     return out
 
 
-def selection_lift(prompt_ids: Sequence[str], success: np.ndarray, risk: np.ndarray, *, n_of: int, keep: int,
-                   n_boot: int = 1000, seed: int = 0) -> dict:
+def selection_lift(prompt_ids: Sequence[str], success: np.ndarray, risk: np.ndarray, *, groups: Sequence[str],
+                   n_of: int, keep: int, n_boot: int = 1000, seed: int = 0) -> dict:
     """Best ``keep`` of the first ``n_of`` samples of each prompt by predicted risk, against ``keep`` random ones
-    (their expectation: the mean success of the ``n_of``). Bootstrap over prompts."""
+    (their expectation: the mean success of the ``n_of``). Bootstrap over the prompts' ``groups`` (one per row,
+    ``scenes.prompt_groups``): a prompt and its twin or paraphrase are resampled together."""
     by: dict[str, list[int]] = {}
     for i, pid in enumerate(prompt_ids):
         by.setdefault(pid, []).append(i)
-    picked, rand = [], []
+    picked, rand, cluster = [], [], []
     for rows in by.values():
         rows = rows[:n_of]
         if len(rows) < n_of or not np.all(np.isfinite(risk[rows])):
@@ -133,9 +134,11 @@ def selection_lift(prompt_ids: Sequence[str], success: np.ndarray, risk: np.ndar
         best = np.asarray(rows)[np.argsort(risk[rows], kind="stable")[:keep]]
         picked.append(success[best].mean())
         rand.append(success[rows].mean())
+        cluster.append(groups[rows[0]])
     picked, rand = np.asarray(picked), np.asarray(rand)
     if not len(picked):
         return {"n_prompts": 0}
-    lo, hi = stats.bootstrap_ci(lambda a, b: float(np.mean(a - b)), picked, rand, n_resamples=n_boot, seed=seed)
+    lo, hi = stats.cluster_bootstrap_ci(lambda a, b: float(np.mean(a - b)), picked, rand, groups=np.asarray(cluster),
+                                        n_boot=n_boot, seed=seed)
     return {"n_prompts": int(len(picked)), "selected_success": float(picked.mean()),
             "random_success": float(rand.mean()), "lift": float((picked - rand).mean()), "ci": [lo, hi]}

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from ...rundir import RunDir, atomic_write_json
-from .clusters import holm, p_from_ci
+from ...clusters import holm, p_from_ci
 from .risks import Risks, layout, too_small
 
 EARLY = ("attention", "pooled", "probe")

@@ -1,9 +1,9 @@
 """Per-image risks for the selection and binding studies: out-of-fold, on one fold plan, cached.
 
 Rows are a category's images laid out as ``(prompts, seeds)``: only prompts whose every seed has a
-verdict enter, so each policy sees the same seeds. Folds are grouped by **twin group** (a composition
-and its swap twin, ``twin_id``; else the composition), so neither a prompt nor its twin is ever on both
-sides, and the bootstrap resamples the same groups. Fitting is per_image's (``fit_predict`` / ``oof``: one
+verdict enter, so each policy sees the same seeds. Folds are grouped by ``scenes.prompt_groups`` (prompts that
+show one scene, and swap twins, together), so neither a prompt, its twin nor a paraphrase of either is ever on
+both sides, and the bootstrap resamples the same groups. Fitting is per_image's (``fit_predict`` / ``oof``: one
 logistic pipeline, C by an inner grouped CV on the training rows only).
 
 Kinds of risk (lower = the policy prefers the seed):
@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...prompts import twin_group
+from ...scenes import prompt_groups
+from ...select.minimums import MIN_PROMPT_GROUPS
 from ..fit import per_image
 
 
@@ -44,7 +45,7 @@ class Layout:
     """One category's images as a (prompts, seeds) grid over the run's arrays."""
     category: str
     prompt_ids: list[str]
-    groups: np.ndarray  # (P,) twin group per prompt
+    groups: np.ndarray  # (P,) prompt group per prompt (scenes.prompt_groups)
     rows: np.ndarray  # (P, S) row index into the run's per-image arrays
     success: np.ndarray  # (P, S) 1.0 passed / 0.0 failed
     folds: list = field(default_factory=list)  # over flattened rows (P·S, prompt-major)
@@ -71,7 +72,7 @@ def layout(category: str, prompts: list[dict], row_of: dict, verdicts: dict, see
 
     mine = [p for p in prompts if str(p.get("category")) == category]
     keep = [p for p in mine if all((p["id"], k) in verdicts and (p["id"], k) in row_of for k in range(seeds))]
-    lay = Layout(category, [p["id"] for p in keep], np.array([twin_group(p) for p in keep]),
+    lay = Layout(category, [p["id"] for p in keep], np.array(prompt_groups(keep)),
                  np.array([[row_of[(p["id"], k)] for k in range(seeds)] for p in keep], dtype=int).reshape(-1, seeds),
                  np.array([[float(bool(verdicts[(p["id"], k)]["verdict"])) for k in range(seeds)] for p in keep],
                           dtype=float).reshape(-1, seeds), dropped=len(mine) - len(keep))
@@ -83,31 +84,16 @@ def layout(category: str, prompts: list[dict], row_of: dict, verdicts: dict, see
     return lay
 
 
-# The least a category of a run must hold before a seed-selection study (selection, binding, a budget choice) is
-# computed on it; below, the command says so and what to make, instead of printing NaN or an empty study.
-MIN_SEEDS = 2  # selection ranks the seeds of one prompt: with one seed there is nothing to choose among
-MIN_TWIN_GROUPS = 5  # grouped 5-fold CV needs a twin group per fold (stats.MIN_UNITS: independent units)
-
-
 def too_small(lay: "Layout") -> str | None:
     """Why ``lay`` (one category) cannot be studied, with the minimum; None when it can."""
     n_groups = len(set(lay.groups.tolist()))
     outcomes = len(np.unique(lay.y_fail))
-    if n_groups >= MIN_TWIN_GROUPS and outcomes == 2:
+    if n_groups >= MIN_PROMPT_GROUPS and outcomes == 2:
         return None
     have = "both outcomes" if outcomes == 2 else "every image passing" if lay.y_fail.sum() == 0 and len(lay.y_fail) \
         else "every image failing" if len(lay.y_fail) else "no image judged"
-    return (f"{lay.shape[0]} prompts in {n_groups} twin groups with every seed judged, {have}; a category needs "
-            f"≥ {MIN_TWIN_GROUPS} twin groups with both a passing and a failing image")
-
-
-def seeds_refusal(root, seeds: int, what: str) -> str | None:
-    """The refusal when a run has fewer than MIN_SEEDS images per prompt for ``what``, with what to do."""
-    if seeds >= MIN_SEEDS:
-        return None
-    return (f"{root}: {what} ranks the seeds of each prompt, and this run has {seeds} image per prompt (it needs "
-            f"≥ {MIN_SEEDS}; the pre-registered headline scans 6). Extend the run: rerun the command that made it "
-            f"with -n 8 added (the same command extends its run), then `t2i-audit probe {root} --early` again")
+    return (f"{lay.shape[0]} prompts in {n_groups} prompt groups with every seed judged, {have}; a category needs "
+            f"≥ {MIN_PROMPT_GROUPS} prompt groups with both a passing and a failing image")
 
 
 class Risks:
@@ -121,7 +107,7 @@ class Risks:
             return compute()
         folds = self.lay.fold_of_prompt.tolist() if self.lay.fold_of_prompt is not None else None
         key = hashlib.sha1(json.dumps([self.tag, self.lay.category, name, self.seed, parts, self.lay.prompt_ids,
-                                       folds], default=str).encode()).hexdigest()[:16]
+                                       folds, self.lay.groups.tolist()], default=str).encode()).hexdigest()[:16]
         path = Path(self.cache_dir) / f"{self.lay.category}.{name}.{key}.npy"
         if path.exists():
             return np.load(path)

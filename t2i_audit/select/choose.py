@@ -3,12 +3,12 @@
 For a budget of B denoiser loop iterations per prompt the candidates are the policies ``select`` can
 run: whole images judged by the final judge (best of n with n · T ≤ B, and the n / n + 1 mix that sits on
 the whole-image curve at B) and probe scans / successive halving whose cost is ≤ B. Outer folds are the
-risk folds (twin groups). Inside each outer fold the choice is made on the *other* folds' prompts, with
+risk folds (prompt groups: ``scenes.prompt_groups``). Inside each outer fold the choice is made on the *other* folds' prompts, with
 risks from probes that saw neither the outer fold nor the prompt's own fold (``risks.Risks.inner_oof``):
 
 1. the candidate with the highest mean success (ties: the cheaper);
 2. if that is a probe policy, it must beat the best whole-image candidate on those prompts with the lower
-   end of a one-sided 95 % twin-group bootstrap interval above 0 — else the choice **falls back to whole
+   end of a one-sided 95 % group bootstrap interval above 0 — else the choice **falls back to whole
    images**. A probe that does not clearly help is not used, so the procedure sits on the whole-image curve
    rather than below it by the luck of a choice.
 
@@ -21,8 +21,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .clusters import GroupBootstrap
-from .selection import Staged, simulate, whole_at
+from ..clusters import GroupBootstrap
+from .policies import Staged, simulate, whole_at
 
 MARGIN_QUANTILE = 0.05  # one-sided 95 %: a probe policy is kept only when this quantile of its gain is > 0
 

@@ -2,55 +2,43 @@
 
 1. **Choice** — per category, from ``probes/selection_outcomes.jsonl`` of the ``--from`` run (written by
    ``select --from RUN --study``): every runnable policy's per-prompt expected success there, restricted to
-   prompts whose twin group is *not* among the prompts scored now, decided by ``budget.decide`` (best mean
-   within B loop iterations; a probe policy only when it clears the margin over whole images, else whole
-   images). The choice never sees the prompts it is scored on.
+   prompts that show none of the scored prompts' scenes nor their twins' (``scenes.shares_a_scene``), decided
+   by ``choose.decide`` (best mean within B loop iterations; a probe policy only when it clears the margin over
+   whole images, else whole images). The choice never sees the prompts it is scored on.
 2. **Seeds** — a fresh base seed by default (``freshness``): no scanned seed is an image of the --from run.
 3. **Run** — per category, in chunks of prompts: a probe policy scans N seeds to its step in the planned
    batches (``early.replay_batch`` with a snapshot, ``continuation.py``), ranks them with the fitted probe
-   (refitted without the scored prompts' twin groups under ``holdout``: unseen prompts), and *continues*
-   the kept K from their latents. Two baselines on the same prompts, continued from the same scan: one
-   random seed, and whole images at the policy's own cost (the first n seeds, n or n + 1 by a seeded coin).
+   (refitted without the scored prompts' scenes and twins under ``holdout``: unseen prompts), and *continues*
+   the kept K from their latents. Every scanned seed is continued to the end too, so the baselines are
+   expectations over those seeds, never one draw: one random seed (their mean success), and whole images at the
+   policy's own cost (the expected best of n over every n-subset of them, linear between n and n + 1 images).
    Whole-image policies generate their n seeds in full. The final judge scores every finished image.
 4. **Summary** — ``selection.json``: per category the policy's success, the random seed's, whole images'
-   at equal cost, the differences with twin-group bootstrap CIs, the cost per prompt in loop iterations /
-   decodes / judge calls (model) beside the denoiser rows counted and the seconds measured.
+   at equal cost, the differences with bootstrap CIs over prompt groups (``scenes.prompt_groups``), the cost
+   per prompt in loop iterations / decodes / judge calls (model) beside the denoiser rows counted and the
+   seconds measured.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ...errors import AuditError
-from ...rundir import RunDir, atomic_write_json, read_jsonl
-from .risks import MIN_TWIN_GROUPS, seeds_refusal
-from .selection import Staged, Whole, WholeMix, policy_from_dict, whole_at
-
-
-def _coin(pid: str, seed: int, t: float) -> bool:
-    return int(hashlib.sha256(f"{pid}:mix:{seed}".encode()).hexdigest()[:12], 16) / 16 ** 12 < t
-
-
-def n_whole(policy, pid: str, seed: int, loop_steps: int, cost: float | None = None) -> int:
-    """Whole images this prompt gets under a whole-image policy (or at ``cost`` iterations for a baseline)."""
-    if cost is not None:
-        policy = WholeMix(cost, loop_steps) if abs(cost / loop_steps - round(cost / loop_steps)) > 1e-9 \
-            else Whole(int(round(cost / loop_steps)))
-    if isinstance(policy, Whole):
-        return policy.n
-    return policy.n + int(_coin(pid, seed, policy.t))
+from ..errors import AuditError
+from ..rundir import RunDir, atomic_write_json, read_jsonl
+from .minimums import MIN_PROMPT_GROUPS, seeds_refusal
+from .policies import Staged, Whole, policy_from_dict, whole_at
+from .rank import n_whole
 
 
 def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dict:
     """category → {policy, fell_back, prompts (how many the choice rested on)}."""
-    from ...safeload import read_json
-    from .budget import decide
-    from ...prompts import twin_group
+    from ..safeload import read_json
+    from ..scenes import prompt_groups, shares_a_scene
+    from .choose import decide
 
     rd = RunDir(from_run)
     path, summary = rd.probes_dir / "selection_outcomes.jsonl", rd.probes_dir / "selection.json"
@@ -62,19 +50,20 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
     if refusal:  # a study written before it refused one seed per prompt: its only policy is one random seed
         raise AuditError(f"--budget {budget:g}: {refusal}")
     scored_ids = {p["id"] for p in records}
-    scored_groups = {twin_group(p) for p in records}
+    shown_now = shares_a_scene(records)  # a prompt of the --from run showing a scored prompt's scene (or its twin's)
+    fitted_prompts = {p["id"]: p for p in rd.read_prompts()}
     rows = read_jsonl(path, strict=True)
     out = {}
     for cat in sorted({str(p.get("category")) for p in records}):
         mine = [r for r in rows if r["category"] == cat and r["prompt_id"] not in scored_ids
-                and r["group"] not in scored_groups]
+                and r["prompt_id"] in fitted_prompts and not shown_now(fitted_prompts[r["prompt_id"]])]
         pids = sorted({r["prompt_id"] for r in mine})
-        if len({r["group"] for r in mine}) < MIN_TWIN_GROUPS:
+        groups = np.array(prompt_groups([fitted_prompts[p] for p in pids]))
+        if len(set(groups.tolist())) < MIN_PROMPT_GROUPS:
             raise AuditError(f"--budget: category {cat!r} has {len(pids)} prompts in the --from run's study outside "
-                             f"the prompts scored now; the choice needs prompts it is not scored on (≥ {MIN_TWIN_GROUPS}"
-                             " twin groups): score other prompts (--prompts), or study a larger --from run")
+                             f"the scenes scored now; the choice needs prompts it is not scored on (≥ {MIN_PROMPT_GROUPS}"
+                             " prompt groups): score other prompts (--prompts), or study a larger --from run")
         at = {p: i for i, p in enumerate(pids)}
-        groups = np.array([next(r["group"] for r in mine if r["prompt_id"] == p) for p in pids])
         per: dict = {}
         for r in mine:
             pol = policy_from_dict(r["policy"])
@@ -94,32 +83,33 @@ def choose_for_budget(from_run: Path, budget: float, records: list[dict]) -> dic
 
 
 def refit_without(from_run: Path, fitted: dict, records: list[dict], steps: set[int]) -> tuple[dict, int]:
-    """early_probes.json's probes refitted on the --from run's images outside the scored prompts' twin groups
-    (the prompts are then unseen by the probe); returns (fitted, images left out)."""
-    from ..capture.early import load_early
-    from ..early_stage import image_verdicts
-    from ..fit.linear import onehot_constituents
-    from ..fit.per_image import design, export_probe
-    from ...prompts import twin_group
+    """early_probes.json's probes refitted on the --from run's images of prompts that show none of the scored
+    prompts' scenes nor their twins' (the prompts are then unseen by the probe); returns (fitted, images left
+    out)."""
+    from ..probes.capture.early import load_early
+    from ..probes.early_stage import image_verdicts
+    from ..probes.fit.linear import onehot_constituents
+    from ..probes.fit.per_image import design, export_probe
+    from ..scenes import prompt_groups, shares_a_scene
 
     rd = RunDir(from_run)
     arrays, rows, _ = load_early(rd)
     prompts = {p["id"]: p for p in rd.read_prompts()}
     verdicts, _, _ = image_verdicts(rd, list(prompts.values()))
     out = {**fitted, "categories": {c: dict(v) for c, v in fitted["categories"].items()}}
-    excluded = {twin_group(p) for p in records}
+    shown_now = shares_a_scene(records)
     recs = [prompts[pid] for pid, _ in rows]
     onehot, _ = onehot_constituents(recs, fitted["onehot"])
     left_out = 0
     for cat in out["categories"]:
         idx = np.array([i for i, (p, key) in enumerate(zip(recs, rows)) if str(p.get("category")) == cat
-                        and key in verdicts and twin_group(p) not in excluded])
+                        and key in verdicts and not shown_now(p)])
         left_out += sum(1 for p, key in zip(recs, rows) if str(p.get("category")) == cat and key in verdicts
-                        and twin_group(p) in excluded)
+                        and shown_now(p))
         if len(idx) == 0:
             continue
         y = np.array([not verdicts[rows[i]]["verdict"] for i in idx], dtype=int)
-        g = np.array([twin_group(recs[i]) for i in idx])
+        g = np.array(prompt_groups([recs[i] for i in idx]))
         for step in steps:
             X = design(arrays, step, "probe", idx, onehot[idx])
             out["categories"][cat][f"t{step:03d}"] = export_probe(X, y, g)
@@ -140,32 +130,43 @@ def expected_iterations(rows: list[dict], loop_steps: int) -> float:
 
 def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loop_steps: int, *,
               n_boot: int = 1000, seed: int = 0) -> dict:
-    """Per category: the policy's success (the final judge picks among its kept images), one random seed's,
-    whole images' at the policy's cost; paired differences over twin groups."""
-    from ..early_stage import image_verdicts
-    from .clusters import GroupBootstrap
-    from ...prompts import twin_group
+    """Per category: the policy's success (the final judge picks among its kept images); for a probe policy the
+    expected success of one random seed and of whole images at the policy's cost over the scanned seeds, all
+    finished (``whole`` role); paired differences over prompt groups."""
+    from ..clusters import GroupBootstrap
+    from ..probes.early_stage import image_verdicts
+    from ..scenes import prompt_groups
+    from .policies import Staged, on_curve, whole_curve
 
     verdicts, deciding, _ = image_verdicts(rd, records)
     by_id = {p["id"]: p for p in records}
     out: dict = {"labels_from": deciding, "categories": {}}
     for cat, choice in plan.items():
         pids = [p["id"] for p in records if str(p.get("category")) == cat]
+        pol = choice["policy"]
+        cost = pol.cost(loop_steps).iterations
         vals = {role: np.full(len(pids), np.nan) for role in ("kept", "random", "whole")}
         for i, pid in enumerate(pids):
             mine = [r for r in rows if r["prompt_id"] == pid]
-            for role in vals:
-                got = [verdicts.get((pid, r["sample"]), {}).get("verdict") for r in mine if role in r["roles"]]
-                if got and all(v is not None for v in got):
-                    vals[role][i] = float(any(got))
-        boot = GroupBootstrap(np.array([twin_group(by_id[p]) for p in pids]), n_boot, seed)
-        pol = choice["policy"]
+            got = {role: [verdicts.get((pid, r["sample"]), {}).get("verdict") for r in mine if role in r["roles"]]
+                   for role in vals}
+            for role, v in got.items():
+                if v and all(x is not None for x in v):
+                    vals[role][i] = float(any(v))
+            if isinstance(pol, Staged) and got["whole"] and all(x is not None for x in got["whole"]):
+                ok = np.array([[float(bool(x)) for x in got["whole"]]])  # every scanned seed, finished
+                vals["random"][i] = ok.mean()
+                vals["whole"][i] = on_curve(whole_curve(ok, loop_steps), cost)[0]
+        boot = GroupBootstrap(np.array(prompt_groups([by_id[p] for p in pids])), n_boot, seed)
         out["categories"][cat] = {
             "policy": pol.name, "spec": pol.as_dict(), "fell_back_to_whole_images": choice["fell_back"],
             "chosen_on_prompts": choice["prompts"], "expected_success_there": choice["expected_success_there"],
             "cost_per_prompt": pol.cost(loop_steps).as_dict(),
             "success": boot.summary(vals["kept"]), "random_seed": boot.summary(vals["random"]),
             "whole_images_at_same_cost": boot.summary(vals["whole"]),
+            "baselines": ("expected over every scanned seed, each finished: one random seed = their mean success; "
+                          "whole images = expected best of n over every n-subset (final judge), linear between n "
+                          "and n + 1" if isinstance(pol, Staged) else "the policy is whole images itself"),
             "lift_over_random": boot.summary(vals["kept"] - vals["random"], null=0.0),
             "gap_to_whole": boot.summary(vals["kept"] - vals["whole"], null=0.0)}
     return out
@@ -174,20 +175,22 @@ def summarise(rd: RunDir, records: list[dict], rows: list[dict], plan: dict, loo
 def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = None, allow_seen: bool = False,
                       holdout: bool = False, progress: bool = True, n_boot: int = 1000) -> dict:
     """The whole ``select --budget`` command. ``seed``: the base seed (None: the first fresh one)."""
-    from ...api import default_run_dir, expand_suites, prepare_run, prompt_digest, recorded_settings, score_stage
-    from ...generate import _done_items, load_pipeline, resolve_device
-    from ...models import resolve_model
-    from ...ownership import claim_output_dir
-    from ...rundir import RunLock, atomic_write_jsonl, file_sha256
-    from ..select import load_fitted, resume_argv, scan_settings
+    from ..api import default_run_dir, expand_suites, prepare_run, prompt_digest, recorded_settings, score_stage
+    from ..generate import _done_items, load_pipeline, resolve_device
+    from ..models import resolve_model
+    from ..ownership import claim_output_dir
+    from ..rundir import RunLock, atomic_write_jsonl, file_sha256
     from . import freshness
-    from .budget_exec import CHUNK_PROMPTS, Counter, Roles, ScanJournal, Work, run_policies
+    from .command import resume_argv
+    from .execute import CHUNK_PROMPTS, Counter, ScanJournal, Work, run_policies
+    from .rank import Roles
+    from .scan import load_fitted, scan_settings
 
     fitted = load_fitted(from_run)
     src = fitted["settings"]
     T = int(src["steps"])
     card = resolve_model(cfg.model)
-    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.for_run), checked
+    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.of_run.for_run), checked
         from ...variants.check import check_variant
 
         card = check_variant(card, cfg.variant())

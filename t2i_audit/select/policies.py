@@ -7,10 +7,14 @@ have drawn), so a number carries no luck of which seeds came first.
 
 * ``Whole(n)`` — n images in full; the final judge keeps a passing one if any (n = 1: one random seed,
   no judge). Expected success ``1 − C(F, n) / C(S, n)`` for F failing seeds of S. ``WholeMix`` — between
-  n and n + 1 images, a seeded coin per prompt: the whole-image curve at any budget.
+  n and n + 1 images, a seeded coin per prompt: the whole-image curve at any budget. Where the final judge
+  is the one that defines success (the mini world's pixel judge) this is an **oracle** verifier: it never
+  hands over a failing image when a passing one exists.
+* ``WholeJudged(n, judge)`` — n images in full, the one another judge (``mini-judge``, the mini world's
+  open_clip scorer, not the ground truth) rates highest is handed over: what a user without the oracle does.
 * ``Staged(score, n_of, rungs)`` — scan n_of seeds; at each rung ``(loop index, survivors)`` keep the
   survivors with the lowest risk by ``score`` read at that step (ties: the lower sample index, as
-  ``select.choose``); the last survivors are finished; more than one, and the final judge keeps a passing
+  ``rank.Roles``); the last survivors are finished; more than one, and the final judge keeps a passing
   one. One rung is "best K of N at step s"; several are successive halving.
 
 Costs come from ``costs.staged`` / ``costs.whole_images``. Scores are arrays ``(prompts, S)`` of risk
@@ -27,7 +31,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .costs import Cost, staged, whole_images
+from .cost import Cost, staged, whole_images
 
 PREVIEW_SCORES = ("x0", "x0-fitted")  # scores that need an x0 preview decoded and judged per scanned seed
 
@@ -38,7 +42,7 @@ class Whole:
 
     @property
     def name(self) -> str:
-        return "random seed" if self.n == 1 else f"best of {self.n} whole images (final judge)"
+        return "random seed" if self.n == 1 else f"best of {self.n} whole images (final judge: oracle)"
 
     @property
     def family(self) -> str:
@@ -46,6 +50,9 @@ class Whole:
 
     def cost(self, steps: int) -> Cost:
         return whole_images(self.n, steps)
+
+    def seconds(self, unit, steps: int) -> float:
+        return self.cost(steps).seconds(unit)
 
     def as_dict(self) -> dict:
         return {"kind": "whole", "n": self.n}
@@ -75,12 +82,38 @@ class WholeMix:
         return "whole images"
 
     def cost(self, steps: int) -> Cost:
-        lo, hi = whole_images(self.n, steps), whole_images(self.n + 1, steps)
-        return Cost(*(a * (1 - self.t) + b * self.t for a, b in
-                      zip((lo.iterations, lo.decodes, lo.judge_calls), (hi.iterations, hi.decodes, hi.judge_calls))))
+        return whole_images(self.n, steps).scaled(1 - self.t) + whole_images(self.n + 1, steps).scaled(self.t)
+
+    def seconds(self, unit, steps: int) -> float:
+        return self.cost(steps).seconds(unit)
 
     def as_dict(self) -> dict:
         return {"kind": "whole-mix", "iterations": self.iterations, "steps": self.steps}
+
+
+@dataclass(frozen=True)
+class WholeJudged:
+    """Best of ``n`` whole images picked by ``judge``'s score (not the judge that defines success): the non-oracle
+    whole-image baseline. Simulated as a one-rung ranking at the last loop step by the judge's score."""
+    n: int
+    judge: str = "mini-judge"
+
+    @property
+    def name(self) -> str:
+        return f"best of {self.n} whole images picked by {self.judge} (not the ground truth)"
+
+    @property
+    def family(self) -> str:
+        return f"whole images, {self.judge} picks"
+
+    def cost(self, steps: int) -> Cost:
+        return Cost(iterations=self.n * steps, decodes=self.n, judge_calls=self.n)
+
+    def seconds(self, unit, steps: int) -> float:
+        return self.cost(steps).seconds(unit, judge=self.judge)
+
+    def as_dict(self) -> dict:
+        return {"kind": "whole-judged", "n": self.n, "judge": self.judge}
 
 
 def whole_at(budget: float, steps: int, S: int) -> list:
@@ -119,14 +152,19 @@ class Staged:
         return staged(self.n_of, list(self.rungs), steps, continued=self.continued,
                       previews=self.score in PREVIEW_SCORES)
 
+    def seconds(self, unit, steps: int) -> float:
+        return self.cost(steps).seconds(unit, score=self.score)
+
     def as_dict(self) -> dict:
         return {"kind": "staged", "score": self.score, "n_of": self.n_of, "rungs": [list(r) for r in self.rungs],
                 "continued": self.continued}
 
 
-def policy_from_dict(d: Mapping) -> Whole | WholeMix | Staged:
+def policy_from_dict(d: Mapping) -> Whole | WholeMix | WholeJudged | Staged:
     if d.get("kind") == "whole":
         return Whole(int(d["n"]))
+    if d.get("kind") == "whole-judged":
+        return WholeJudged(int(d["n"]), str(d["judge"]))
     if d.get("kind") == "whole-mix":
         return WholeMix(float(d["iterations"]), int(d["steps"]))
     return Staged(str(d["score"]), int(d["n_of"]), tuple((int(s), int(k)) for s, k in d["rungs"]),
@@ -161,9 +199,12 @@ def staged_success(success: np.ndarray, risks: Mapping[int, np.ndarray], policy:
 
 
 def simulate(policy, success: np.ndarray, risks: Mapping[str, Mapping[int, np.ndarray]]) -> np.ndarray:
-    """Per-prompt expected success of ``policy`` (``risks``: score name → loop step → (prompts, S))."""
+    """Per-prompt expected success of ``policy`` (``risks``: score name → loop step → (prompts, S); a
+    ``WholeJudged`` reads ``risks["judge:<name>"]["final"]``, minus the judge's score of each finished image)."""
     if isinstance(policy, Whole):
         return whole_success(success, policy.n)
+    if isinstance(policy, WholeJudged):
+        return staged_success(success, {0: risks[f"judge:{policy.judge}"]["final"]}, Staged("judge", policy.n, ((0, 1),)))
     if isinstance(policy, WholeMix):
         return (1 - policy.t) * whole_success(success, policy.n) + policy.t * whole_success(success, policy.n + 1)
     return staged_success(success, risks[policy.score], policy)

@@ -31,7 +31,7 @@ import copy
 from dataclasses import dataclass
 from typing import Sequence
 
-from ...errors import AuditError
+from ..errors import AuditError
 
 _WRAPPED = ("step", "set_timesteps")  # instance attributes our wrappers add: never part of the state
 
@@ -154,7 +154,7 @@ def continue_batch(pipe, texts: Sequence[str], snap: Snapshot, *, steps: int, gu
     pipeline would have; returns the images (``generate.output_images``)."""
     import torch
 
-    from ...generate import output_images, pipeline_call_kwargs
+    from ..generate import output_images, pipeline_call_kwargs
 
     if len(texts) != snap.latents.shape[0]:
         raise AuditError(f"{len(texts)} prompts for a snapshot of {snap.latents.shape[0]} rows")

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ...errors import AuditError
-from ...rundir import RunDir
+from ..errors import AuditError
+from ..rundir import RunDir
 
 
 def used_seeds(from_run: Path) -> tuple[set[tuple[str, int]], int]:
@@ -26,7 +26,7 @@ def used_seeds(from_run: Path) -> tuple[set[tuple[str, int]], int]:
 
 
 def _base_seed(rd: RunDir) -> int:
-    from ...safeload import load_yaml
+    from ..safeload import load_yaml
 
     gen = (rd.read_manifest().get("stages") or {}).get("generate") or {}
     seed = (gen.get("settings") or {}).get("seed")
@@ -37,7 +37,7 @@ def _base_seed(rd: RunDir) -> int:
 
 
 def scanned(prompts: Sequence[dict], n_of: int, base_seed: int) -> list[tuple[str, int, int]]:
-    from ...generate import image_seed
+    from ..generate import image_seed
 
     return [(p["id"], k, image_seed(p["id"], k, base_seed)) for p in prompts for k in range(n_of)]
 

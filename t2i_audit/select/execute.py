@@ -6,7 +6,7 @@ prompt order:
 
 * probe policy (one rung ``(s, K)`` of N): the chunk's **scan batches** (``generate.plan_batches`` over its
   prompts × the seeds the policy and its baselines need, cut every ``batch_size``) are replayed to loop index
-  ``s`` with a ``continuation`` snapshot, and the fitted probe gives each seed's risk (``select.batch_risks``);
+  ``s`` with a ``continuation`` snapshot, and the fitted probe gives each seed's risk (``scan.batch_risks``);
   ``Roles`` marks the seeds to finish (``kept``: the K lowest risks; ``random``: a seeded draw; ``whole``: the
   first n seeds, the budget's whole-image baseline); every seed in any role is **continued** from its
   snapshot, in **finish batches** cut from that list (prompt order, sample order) every ``batch_size``.
@@ -38,10 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-import numpy as np
-
-from ...rundir import RunDir, atomic_write_jsonl
-from .selection import Staged
+from ..rundir import RunDir, atomic_write_jsonl
+from .policies import Staged
 
 CHUNK_PROMPTS = 8  # prompts scanned before their kept seeds are finished: the snapshots held at once
 SCAN_FIELDS = ("prompt_id", "sample", "seed", "risk", "category", "text", "made_with")
@@ -79,7 +77,7 @@ class ScanJournal:
     loses at most the scan batch in flight."""
 
     def __init__(self, path: Path, made_with: Mapping):
-        from ...resume import reusable_records
+        from ..resume import reusable_records
 
         self.path, self.made_with = Path(path), dict(made_with)
         self.reusable = reusable_records(self.path, self.made_with, _scan_key, kind="selection")
@@ -94,7 +92,7 @@ class ScanJournal:
         return got
 
     def add(self, records: list[dict]) -> list[dict]:
-        from ...resume import stamped
+        from ..resume import stamped
 
         made = stamped(records, self.made_with)
         self.rows += made
@@ -116,7 +114,7 @@ def run_policies(rd: RunDir, pipe, card, work: list[Work], fitted: dict, s: dict
                  journal: ScanJournal, progress: bool = False) -> list[dict]:
     """Every work item, chunk by chunk; images.jsonl rewritten in row order. Returns the rows (scan rows with
     their ``roles``; whole-image rows)."""
-    from ...generate import _done_items
+    from ..generate import _done_items
 
     done = _done_items(rd)
     rows: list[dict] = []
@@ -146,8 +144,8 @@ def run_chunk_probe(rd: RunDir, pipe, card, chunk: list[dict], policy, roles_of,
                     seed: int, counter: Counter, done: dict, journal: ScanJournal) -> list[dict]:
     """Scan, rank, continue one chunk under a one-rung probe policy. ``roles_of(pid, risks)`` → {sample: roles}.
     Returns the chunk's scan rows (the scan record, ``roles``, ``scan_step``)."""
-    from ...generate import _write_batch, batch_member, image_seed, plan_batches
-    from ..select import batch_risks, scan_record
+    from ..generate import _write_batch, batch_member, image_seed, plan_batches
+    from .scan import batch_risks, scan_record
     from .continuation import Snapshot, continue_batch, snapshot_maker
 
     step, n_scan = policy.rungs[0][0], roles_of.n_scan
@@ -204,7 +202,7 @@ def run_chunk_whole(rd: RunDir, pipe, card, chunk: list[dict], n_of: dict, s: di
     """Each prompt's first ``n_of[pid]`` seeds generated in full (batches cut from that list)."""
     import torch
 
-    from ...generate import _write_batch, batch_member, image_seed, output_images, pipeline_call_kwargs
+    from ..generate import _write_batch, batch_member, image_seed, output_images, pipeline_call_kwargs
 
     todo = [(p, k) for p in chunk for k in range(n_of[p["id"]])]
     t0 = time.perf_counter()
@@ -226,31 +224,3 @@ def run_chunk_whole(rd: RunDir, pipe, card, chunk: list[dict], n_of: dict, s: di
     # a whole-image policy: every image is kept (the final judge picks among them) and is its own baseline
     return [{"prompt_id": p["id"], "category": p.get("category"), "sample": k, "seed": image_seed(p["id"], k, seed),
              "roles": sorted({"kept", "whole"} | ({"random"} if k == 0 else set()))} for p, k in todo]
-
-
-class Roles:
-    """Which scanned seeds each role finishes: ``kept`` (the K lowest risks of the first N; ties: the lower
-    sample), ``random`` (``random_k`` of the N, a seeded draw: ``select.random_picks``), and with ``whole`` the
-    first n seeds, n whole images at the policy's cost (``select --budget``'s baseline)."""
-
-    def __init__(self, policy, seed: int, loop_steps: int, *, random_k: int = 1, whole: bool = True):
-        from .budget_run import n_whole
-
-        self.policy, self.seed, self.T, self.random_k = policy, seed, loop_steps, random_k
-        cost = policy.cost(loop_steps).iterations
-        self.n_whole = (lambda pid: n_whole(None, pid, seed, loop_steps, cost=cost)) if whole else (  # noqa: E731
-            lambda pid: 0)
-        self.n_scan = max(policy.n_of, int(np.ceil(cost / loop_steps))) if whole else policy.n_of
-
-    def __call__(self, pid: str, risks: list[float]) -> dict[int, set]:
-        from ..select import random_picks
-
-        N, K = self.policy.n_of, self.policy.keep
-        out: dict[int, set] = {}
-        for k in sorted(range(N), key=lambda k: (risks[k], k))[:K]:
-            out.setdefault(k, set()).add("kept")
-        for k in random_picks(pid, N, self.random_k, self.seed) if self.random_k else ():
-            out.setdefault(k, set()).add("random")
-        for k in range(self.n_whole(pid)):
-            out.setdefault(k, set()).add("whole")
-        return out

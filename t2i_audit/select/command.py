@@ -1,23 +1,22 @@
-"""``t2i-audit select``: run N seeds of each prompt to an early step, finish only the K the probe likes.
+"""``t2i-audit select --of N --keep K --at F``: run N seeds of each prompt to an early step, finish only the K
+the probe likes. The one-rung policy "scan N, keep K at loop step s" on every prompt, through the same
+execution path as ``select --budget`` (``budget.py``):
 
-One execution path with ``select --budget`` (``studies/budget_exec.py``): ``--of N --keep K --at F`` is the
-one-rung policy "scan N, keep K at loop step s" run on every prompt.
-
-1. **Scan** — per chunk of prompts (``budget_exec.CHUNK_PROMPTS``, in prompt order), every (prompt, sample < N)
-   is replayed in the chunk's planned batches (``generate.plan_batches``) up to the loop step ``s`` of ``--at``;
-   its early features go through the per-image probe fitted on an earlier run (``--from RUN``:
-   ``probes/early_probes.json``, written by ``t2i-audit probe RUN --early``), and the pipeline's state after
-   iteration ``s`` is kept (``studies/continuation.py``). Risks are written to ``selection.jsonl``.
-2. **Finish** — the K lowest-risk samples of each prompt and (``--baseline``, the default) K samples drawn at
-   random per prompt (a seeded draw, the same on every machine) are **continued** from their scanned latents:
-   ``T − s − 1`` more iterations each, not ``T`` again. Each image keeps its sample index, hence its seed
+1. **Scan** (``scan.py``) — per chunk of prompts (``execute.CHUNK_PROMPTS``, in prompt order), every (prompt,
+   sample < N) is replayed in the chunk's planned batches (``generate.plan_batches``) up to the loop step ``s`` of
+   ``--at``; its early features go through the per-image probe fitted on an earlier run, and the pipeline's state
+   after iteration ``s`` is kept (``continuation.py``). Risks are written to ``selection.jsonl``.
+2. **Rank** (``rank.py``) — the K lowest-risk samples of each prompt and (``--baseline``, the default) K samples
+   drawn at random per prompt (a seeded draw, the same on every machine).
+3. **Continue / finish** (``execute.py``) — the ranked seeds are continued from their scanned latents: ``T − s − 1``
+   more iterations each, not ``T`` again. Each image keeps its sample index, hence its seed
    (``generate.image_seed``); its bytes are those of an uninterrupted generation of that seed up to batch-mates:
    they depend on its scan batch and its finish batch (the chunk's finished seeds in order, cut every
    ``batch_size``), both fixed by the settings, so a resumed or healed run ends with the same bytes.
-3. **Score** — the run's scorers (as ``run`` would choose them); ``selection.json`` reports the success of
-   kept vs random images (bootstrap CI over prompts) and the cost per prompt as ``studies/costs.py`` counts
-   it: scan ``N · (s + 1)`` + finish ``K · (T − s − 1)`` loop iterations, ``K`` decodes, the judge calls,
-   against ``N · T`` for best-of-N by the final judge.
+4. **Score and cost** (``cost.py``) — the run's scorers (as ``run`` would choose them); ``selection.json`` reports
+   the success of kept vs random images (bootstrap CI over prompt groups) and the cost per prompt: scan
+   ``N · (s + 1)`` + finish ``K · (T − s − 1)`` loop iterations, ``K`` decodes, the judge calls, against ``N · T``
+   for best-of-N by the final judge, and the seconds measured.
 
 The run folder is an ordinary run (``report``, ``verify``, ``compare`` read it); sample indices of the
 images not finished are simply absent.
@@ -25,8 +24,6 @@ images not finished are simply absent.
 
 from __future__ import annotations
 
-import hashlib
-import random
 import sys
 from pathlib import Path
 
@@ -39,132 +36,33 @@ from ..rundir import RunDir, atomic_write_json, atomic_write_jsonl
 FINISH = "continued from the scan"  # select_identity: how the kept seeds are finished
 
 
-def load_fitted(from_run: Path) -> dict:
-    """The --from run's per-image probes, validated (:mod:`.probe_files`)."""
-    from .probe_files import load_early_probes
-
-    return load_early_probes(from_run)
-
-
-def _probe_for(fitted: dict, category: str, step: int) -> dict:
-    cat = (fitted.get("categories") or {}).get(category)
-    if not cat:
-        have = ", ".join(sorted(fitted.get("categories") or {})) or "none"
-        raise AuditError(f"no per-image probe for category {category!r} in the --from run (have: {have})")
-    tag = f"t{step:03d}"
-    if tag not in cat:
-        raise AuditError(f"--at: the --from run's probes are at loop steps {sorted(cat)}, not {tag}")
-    return cat[tag]
-
-
-def scan_settings(fitted_settings: dict, card, seed: int, batch_size: int) -> dict:
-    """The sampler settings the probes were fitted under (steps, guidance, size, dtype), with this run's seed
-    and batch size: a probe read at step k of 20 means nothing at step k of 30."""
-    return {**{k: fitted_settings[k] for k in ("steps", "guidance", "size", "dtype")},
-            "seed": seed, "batch_size": batch_size, "call": dict(card.call)}
-
-
-def random_picks(prompt_id: str, n_of: int, keep: int, seed: int) -> list[int]:
-    """K of the N samples, drawn from a generator seeded by (prompt id, seed): the same everywhere."""
-    digest = int(hashlib.sha256(f"{prompt_id}:random:{seed}".encode()).hexdigest()[:15], 16)
-    return sorted(random.Random(digest).sample(range(n_of), keep))
-
-
-def scan_record(p: dict, sample: int, seed: int, risk: float) -> dict:
-    """One scanned candidate as ``selection.jsonl`` and ``predict --early`` write it."""
-    return {"prompt_id": p["id"], "sample": sample, "seed": seed, "risk": risk, "category": p.get("category"),
-            "text": p["text"]}
-
-
-def batch_risks(pipe, batch: list[tuple[dict, int]], seeds: list[int], fitted: dict, s: dict, step: int,
-                extra=()) -> list[float]:
-    """The fitted probe's risk of each member of one planned batch, replayed to loop index ``step`` (``extra``:
-    more recorders for the replay, e.g. the continuation snapshot)."""
-    from .capture.early import replay_batch
-    from .fit.linear import onehot_constituents
-    from .fit.per_image import apply_probe, design
-
-    arrays = replay_batch(pipe, batch, seeds, s, [step], previews=False, extra=extra)
-    X = design(arrays, step, "probe", slice(None), onehot_constituents([p for p, _ in batch], fitted["onehot"])[0])
-    return [float(apply_probe(_probe_for(fitted, str(p.get("category")), step), X[j:j + 1])[0])
-            for j, (p, _) in enumerate(batch)]
-
-
-def scan(path: Path, pipe, prompts: list[dict], fitted: dict, s: dict, *, n_of: int, step: int,
-         progress: bool) -> list[dict]:
-    """``predict --early``: the risk of every (prompt, sample < n_of) at ``step``, nothing finished; ``path``
-    (JSONL) replaced batch by batch."""
-    from ..generate import image_seed, plan_batches
-
-    plan = plan_batches(prompts, n_of, s["batch_size"])
-    out = []
-    for b, batch in enumerate(plan):
-        seeds = [image_seed(p["id"], k, s["seed"]) for p, k in batch]
-        risks = batch_risks(pipe, batch, seeds, fitted, s, step)
-        out += [scan_record(p, k, x, r) for (p, k), x, r in zip(batch, seeds, risks)]
-        atomic_write_jsonl(path, out)  # whole batches only: a kill loses at most this batch
-        if progress:
-            print(f"[select] scanned batch {b + 1}/{len(plan)}", file=sys.stderr)
-    return out
-
-
-def scan_only(model: str, prompts: list[dict], from_run: Path, out: Path, *, n_of: int, at: float, seed: int = 0,
-              batch_size: int = 4, device: str = "cpu", progress: bool = True, variant=None) -> list[dict]:
-    """``predict --early``: the risk of each of N seeds of each prompt after the early steps, nothing finished
-    (``variant``: the --from run's LoRAs / components, t2i_audit.variants)."""
-    from ..generate import load_pipeline, resolve_device
-    from ..models import resolve_model
-    from .capture.early import step_at
-
-    fitted = load_fitted(from_run)
-    src = fitted["settings"]
-    step = step_at(at, src["steps"])
-    for cat in sorted({str(p.get("category")) for p in prompts}):
-        _probe_for(fitted, cat, step)
-    card = resolve_model(model).with_variant(variant)
-    s = scan_settings(src, card, seed, batch_size)
-    pipe = load_pipeline(card, resolve_device(device), s["dtype"])
-    # no resume: `out` is a file the user named (claimed with --force if it existed), replaced, never read back
-    return scan(out, pipe, prompts, fitted, s, n_of=n_of, step=step, progress=progress)
-
-
-def selection_cost(n_of: int, keep: int, step: int, steps: int) -> dict:
-    """What "scan N to loop index s, continue the best K" spends per prompt, as ``studies/costs.py`` counts it,
-    against best-of-N whole images judged by the final judge."""
-    from .studies.costs import staged, whole_images
-
-    spent, full = staged(n_of, [(step, keep)], steps), whole_images(n_of, steps)
-    scan_cost = n_of * (step + 1)
-    return {"unit": "per prompt: denoiser loop iterations (classifier-free guidance batched: one call each), VAE "
-                    "decodes, judge calls; the random seeds finished beside (--baseline) measure the lift and are "
-                    "not the policy's cost",
-            "scan": scan_cost, "finish": spent.iterations - scan_cost, "selected_total": spent.iterations,
-            "decodes": spent.decodes, "judge_calls": spent.judge_calls,
-            "regenerated_instead": scan_cost + keep * steps,  # what finishing the kept seeds from noise would cost
-            "best_of_n_by_final_judge": full.iterations, "best_of_n": full.as_dict(),
-            "saved_fraction": 1 - spent.iterations / full.iterations}
-
-
 def selection_summary(rd: RunDir, chosen: list[dict], *, n_of: int, keep: int, step: int, steps: int,
                       n_boot: int = 1000, seed: int = 0) -> dict:
-    """Success of kept vs random images per prompt (deciding scorer), bootstrap CI; the cost."""
+    """Success of kept vs random images per prompt (deciding scorer), bootstrap CI over prompt groups
+    (``scenes.prompt_groups``); the cost."""
     from .. import stats
-    from .early_stage import image_verdicts
+    from ..probes.early_stage import image_verdicts
+    from ..scenes import prompt_groups
+    from .cost import selection_cost
 
-    verdicts, deciding, _ = image_verdicts(rd, rd.read_prompts())
+    prompts = rd.read_prompts()
+    group_of = dict(zip((p["id"] for p in prompts), prompt_groups(prompts)))
+    verdicts, deciding, _ = image_verdicts(rd, prompts)
     ok = lambda r: verdicts.get((r["prompt_id"], r["sample"]), {}).get("verdict")  # noqa: E731
     by: dict[str, dict[str, list]] = {}
     for r in chosen:
         for role in ("kept", "random"):
             if r.get(role) and ok(r) is not None:
                 by.setdefault(r["prompt_id"], {"kept": [], "random": []})[role].append(float(bool(ok(r))))
-    pairs = [(np.mean(v["kept"]), np.mean(v["random"])) for v in by.values() if v["kept"] and v["random"]]
-    kept, rand = (np.array([p[i] for p in pairs]) for i in (0, 1))
+    pairs = [(np.mean(v["kept"]), np.mean(v["random"]), group_of[pid]) for pid, v in by.items()
+             if v["kept"] and v["random"]]
+    kept, rand = (np.array([p[i] for p in pairs], float) for i in (0, 1))
     n_prompts = len({r["prompt_id"] for r in chosen})
     out = {"mode": "fixed", "n_of": n_of, "keep": keep, "loop_step": step, "loop_steps": steps, "labels_from": deciding,
            "cost": {**selection_cost(n_of, keep, step, steps), "prompts": n_prompts}}
     if len(pairs) >= 3:
-        lo, hi = stats.bootstrap_ci(lambda a, b: float(np.mean(a - b)), kept, rand, n_resamples=n_boot, seed=seed)
+        lo, hi = stats.cluster_bootstrap_ci(lambda a, b: float(np.mean(a - b)), kept, rand,
+                                            groups=np.array([p[2] for p in pairs]), n_boot=n_boot, seed=seed)
         out.update({"n_prompts": len(pairs), "kept_success": float(kept.mean()), "random_success": float(rand.mean()),
                     "lift": float((kept - rand).mean()), "ci": [lo, hi]})
     else:
@@ -209,29 +107,30 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
     from ..models import resolve_model
     from ..ownership import claim_output_dir
     from ..rundir import RunLock
-    from .capture.early import step_at
-    from .studies.budget_exec import CHUNK_PROMPTS, Counter, Roles, ScanJournal, Work, run_policies
-    from .studies.selection import Staged
+    from ..probes.capture.early import step_at
+    from .execute import CHUNK_PROMPTS, Counter, ScanJournal, Work, run_policies
+    from .freshness import check
+    from .policies import Staged
+    from .rank import Roles
+    from .scan import load_fitted, probe_for, scan_settings
 
     if not 1 <= keep <= n_of:
         raise AuditError(f"--keep {keep} --of {n_of}: keep between 1 and the number of seeds")
     fitted = load_fitted(from_run)
     src = fitted["settings"]
     card = resolve_model(cfg.model)
-    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.for_run), checked
+    if cfg.loras or cfg.components:  # the --from run's LoRAs / components (cli: variants.of_run.for_run), checked
         from ..variants.check import check_variant
 
         card = check_variant(card, cfg.variant())
     cfg = cfg.model_copy(update={"images_per_prompt": n_of, "steps": src["steps"], "guidance": src["guidance"],
                                  "size": src["size"], "dtype": src["dtype"], "stages": ["prompts", "generate", "score"]})
     records = expand_suites(cfg.prompts, cfg.limit, 0)  # the subset `run --limit N` takes, whatever the scan's seed
-    from .studies.freshness import check
-
     check(from_run, records, n_of, cfg.seed, allow_seen=allow_seen)  # never re-score the probe's training images
     device = resolve_device(cfg.device)
     step = step_at(at, src["steps"])
     for cat in sorted({str(p.get("category")) for p in records}):
-        _probe_for(fitted, cat, step)  # every category has a probe at that step, before any work
+        probe_for(fitted, cat, step)  # every category has a probe at that step, before any work
     identity = select_identity(cfg, card, records, from_run, keep=keep, at=at, baseline=baseline)
     rd = RunDir(cfg.out or default_run_dir(cfg, card, command="select", settings=identity))
     # a new or empty folder, or a select run with these settings: never a plain run's folder (its images would go)
