@@ -27,6 +27,7 @@ after every section, so a partial run still reports.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -127,14 +128,13 @@ TINY_PRELOAD = ["torch", "t2i_audit.cli", "t2i_audit.api", "t2i_audit.generate",
 FORK = False  # --tiny on CPU: sections and commands are forked (main sets it, a section's child inherits it)
 
 
+@functools.lru_cache(maxsize=None)  # once
 def preload_for_forks() -> None:
     import importlib
 
     for name in TINY_PRELOAD:
         importlib.import_module(name)
-    import torch
-
-    torch.set_num_threads(1)
+    sys.modules["torch"].set_num_threads(1)
 
 
 def forked(fn, label: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
@@ -582,8 +582,6 @@ def main() -> int:
               "note": "random weights at the published sizes (tiny twins with --tiny): speed, never quality",
               "sections": {}}
     start = time.perf_counter()
-    if FORK:
-        preload_for_forks()
     for name in [s for s in a.sections.split(",") if s]:
         left = a.budget - (time.perf_counter() - start)
         if left < 20:
@@ -596,8 +594,11 @@ def main() -> int:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--section", name, "--device", a.device,
                "--work", a.work, *(["--tiny"] if a.tiny else [])]
         try:
-            proc = forked(lambda: run_section(name, a), cmd, limit) if FORK else \
-                subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+            if FORK:
+                preload_for_forks()  # once, before the first section it forks
+                proc = forked(lambda: run_section(name, a), cmd, limit)
+            else:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
             status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
             tail = "" if proc.returncode == 0 else (proc.stderr or proc.stdout)[-2500:]
         except subprocess.TimeoutExpired as e:
