@@ -54,7 +54,7 @@ def sizes(a) -> dict:
     """The workload: the issue's goal settings on a GPU, the smallest that exercise every path on CPU."""
     if a.tiny:
         return {"n": 12, "batch": 4, "steps": 4, "size": 32, "dtype": "float32", "judge_batch": 8,
-                "sd35_steps": 3, "mini_limit": 8}
+                "sd35_steps": 3, "mini_limit": 4}
     return {"n": 12, "batch": 4, "steps": 30, "size": 1024, "dtype": "bfloat16", "judge_batch": 16,
             "sd35_steps": 20, "mini_limit": None}
 
