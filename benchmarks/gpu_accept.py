@@ -27,6 +27,7 @@ after every section, so a partial run still reports.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -53,7 +54,7 @@ def sizes(a) -> dict:
     """The workload: the issue's goal settings on a GPU, the smallest that exercise every path on CPU."""
     if a.tiny:
         return {"n": 12, "batch": 4, "steps": 4, "size": 32, "dtype": "float32", "judge_batch": 8,
-                "sd35_steps": 3, "mini_limit": 8}
+                "sd35_steps": 3, "mini_limit": 4}
     return {"n": 12, "batch": 4, "steps": 30, "size": 1024, "dtype": "bfloat16", "judge_batch": 16,
             "sd35_steps": 20, "mini_limit": None}
 
@@ -95,8 +96,12 @@ def cli(args: list, *, env: dict | None = None, poll_memory: bool = False, refus
     if watcher:
         watcher.start()
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "t2i_audit", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, "HF_HOME": os.environ["GPU_ACCEPT_HF_HOME"], **(env or {})})
+    env = {**os.environ, "HF_HOME": os.environ["GPU_ACCEPT_HF_HOME"], **(env or {})}
+    if FORK:  # --tiny on CPU: forked from this section's process
+        proc = forked(t2i_audit_main(list(map(str, args)), env), ["t2i-audit", *map(str, args)])
+    else:
+        proc = subprocess.run([sys.executable, "-m", "t2i_audit", *map(str, args)], capture_output=True, text=True,
+                              env=env)
     seconds = time.perf_counter() - t0
     stop.set()
     if refusal_ok and proc.returncode == 2:
@@ -108,6 +113,83 @@ def cli(args: list, *, env: dict | None = None, poll_memory: bool = False, refus
     if peak["mib"] is not None:
         out["peak_gpu_memory_gb"] = round(peak["mib"] / 1024, 2)
     return out
+
+
+# --tiny on CPU: the tiny twins' own work takes seconds, and importing torch and diffusers took ~9 CPU-s in each of
+# the ~17 processes the script starts (a section each, a `t2i-audit` command each). With --tiny, this process imports
+# them once and forks each section; a section forks each of its commands. Each is still a process of its own (exit
+# status, output, time limit, memory); torch keeps one thread, so that no process that forks holds an OpenMP pool.
+# On a GPU (no --tiny): fresh interpreters, `python gpu_accept.py --section` and `python -m t2i_audit`, as always.
+TINY_PRELOAD = ["torch", "t2i_audit.cli", "t2i_audit.api", "t2i_audit.generate", "t2i_audit.scorers.stage",
+                "diffusers.pipelines.stable_diffusion_xl.pipeline_stable_diffusion_xl",
+                "diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3",
+                "transformers.models.qwen3_vl.modeling_qwen3_vl", "transformers.models.qwen3_vl.processing_qwen3_vl",
+                "gpu_accept_models", "sklearn.linear_model", "scipy.stats"]
+FORK = False  # --tiny on CPU: sections and commands are forked (main sets it, a section's child inherits it)
+
+
+@functools.lru_cache(maxsize=None)  # once
+def preload_for_forks() -> None:
+    import importlib
+
+    for name in TINY_PRELOAD:
+        importlib.import_module(name)
+    sys.modules["torch"].set_num_threads(1)
+
+
+def forked(fn, label: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
+    """``fn()`` in a child forked from this process: its exit status (SystemExit's code; 1, with the traceback on
+    stderr, for an exception), stdout and stderr, as ``subprocess.run`` gives them; killed past ``timeout``
+    (subprocess.TimeoutExpired, as ``subprocess.run`` raises it)."""
+    import signal
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                fn()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:  # noqa: BLE001 - the traceback, as the interpreter prints it
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+
+        def text(f):
+            f.seek(0)
+            return f.read().decode(errors="replace")
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG if deadline else 0)
+            if done:
+                return subprocess.CompletedProcess(label, os.waitstatus_to_exitcode(status), text(out), text(err))
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise subprocess.TimeoutExpired(label, timeout, text(out), text(err))
+            time.sleep(0.05)
+
+
+def t2i_audit_main(argv: list[str], env: dict):
+    """What ``python -m t2i_audit ARGV`` runs, with ``env`` as its environment (a forked child's)."""
+    def run():
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = ["t2i-audit", *argv]
+        from t2i_audit.cli import main
+
+        main()
+    return run
 
 
 def manifest(run: Path) -> dict:
@@ -462,6 +544,7 @@ def run_section(name: str, a) -> None:
 
 
 def main() -> int:
+    global FORK
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny twins: check the script itself (CPU)")
@@ -481,6 +564,9 @@ def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ["GPU_ACCEPT_HF_HOME"] = str(Path(a.work) / "hf")  # the judge's offline cache (build)
+    if a.tiny and not a.device.startswith("cuda") and not a.section:
+        # the forked commands read the judge's cache as `python -m t2i_audit` does: HF_HOME before huggingface_hub
+        FORK, os.environ["HF_HOME"] = True, os.environ["GPU_ACCEPT_HF_HOME"]
     # run from the work folder: `python -m t2i_audit` then imports the INSTALLED package (gpu_accept.sh's test
     # of the install), not this checkout's source
     os.chdir(a.work)
@@ -508,7 +594,11 @@ def main() -> int:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--section", name, "--device", a.device,
                "--work", a.work, *(["--tiny"] if a.tiny else [])]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+            if FORK:
+                preload_for_forks()  # once, before the first section it forks
+                proc = forked(lambda: run_section(name, a), cmd, limit)
+            else:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
             status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
             tail = "" if proc.returncode == 0 else (proc.stderr or proc.stdout)[-2500:]
         except subprocess.TimeoutExpired as e:

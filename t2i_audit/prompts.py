@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import operator
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
@@ -26,12 +28,6 @@ __all__ = ["load_suite", "expand", "expand_files", "sample_records", "stable_has
 
 def stable_hash(*parts) -> str:
     return hashlib.sha1(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-
-
-def prompt_id(suite: Suite, template: Template, slots: dict[str, str]) -> str:
-    # a plain joined string, not JSON: this runs once per combination (90k for colour binding)
-    key = "\x1f".join([suite.name, suite.version, template.name, *(f"{k}={slots[k]}" for k in sorted(slots))])
-    return "p" + hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
 # --- words ------------------------------------------------------------------------------
@@ -128,14 +124,16 @@ def build_structure(suite: Suite, t: Template, values: dict[str, Value]) -> dict
     return {"families": fam, "objects": objects, "relations": relations, "questions": questions, "bindings": bindings}
 
 
-def _satisfies(t: Template, slots: dict[str, str]) -> bool:
+def _constraints(t: Template, slot_names: list[str]) -> list[tuple[int, int | None, str | None, bool]]:
+    """Each constraint parsed once: (left slot's index, right slot's index or None, literal, must be equal)."""
+    out = []
     for c in t.constraints:
         m = CONSTRAINT.match(c)
-        left = slots[m.group(1)]
-        right = slots[m.group(3)] if m.group(3) else (m.group(4) if m.group(4) is not None else m.group(5))
-        if (left == right) != (m.group(2) == "=="):
-            return False
-    return True
+        right = m.group(3)
+        literal = None if right else (m.group(4) if m.group(4) is not None else m.group(5))
+        out.append((slot_names.index(m.group(1)), slot_names.index(right) if right else None, literal,
+                    m.group(2) == "=="))
+    return out
 
 
 def _heldout_set(suite: Suite) -> set[tuple[str, str]]:
@@ -165,21 +163,38 @@ def _heldout_set(suite: Suite) -> set[tuple[str, str]]:
 
 def expand_template(suite: Suite, t: Template, held: set) -> list[dict]:
     """Enumerate slot combinations cheaply, pair twins, sample, then build full records."""
-    lists = {s: suite.concept(c).values for s, c in t.slots.items()}
     slot_names = list(t.slots)
-    combos = []
-    for combo in itertools.product(*(lists[s] for s in slot_names)):
-        slots = {s: v.name for s, v in zip(slot_names, combo)}
-        if _satisfies(t, slots):
-            combos.append({"id": prompt_id(suite, t, slots), "template": t.name, "slots": slots,
-                           "values": dict(zip(slot_names, combo)), "twin": None, "twin_id": None})
+    lists = [suite.concept(t.slots[s]).values for s in slot_names]
+    constraints = _constraints(t, slot_names)
+    # the id: a hash of "suite\x1fversion\x1ftemplate\x1fslot=value…" (slots sorted by name), the same on every
+    # machine; one format string, filled from the names tuple, as this loop runs once per combination (212k for
+    # mixed.yaml) before sampling keeps a few hundred
+    by_slot = sorted(range(len(slot_names)), key=slot_names.__getitem__)
+    escape = lambda x: x.replace("{", "{{").replace("}", "}}")  # noqa: E731
+    id_key = "\x1f".join([escape(suite.name), escape(suite.version), escape(t.name),
+                          *(escape(slot_names[i]) + "={}" for i in by_slot)])
+    sorted_names = (operator.itemgetter(*by_slot) if len(by_slot) > 1
+                    else (lambda names: tuple(names[i] for i in by_slot)))
+    combos, kept_names, by_names = [], [], {}
+    name_lists = [[v.name for v in values] for values in lists]
+    for names, combo in zip(itertools.product(*name_lists), itertools.product(*lists)):
+        for left, right, literal, equal in constraints:
+            if (names[left] == (literal if right is None else names[right])) is not equal:
+                break
+        else:
+            c = {"id": "p" + hashlib.sha1(id_key.format(*sorted_names(names)).encode()).hexdigest()[:12],
+                 "template": t.name, "slots": dict(zip(slot_names, names)), "values": combo,
+                 "twin": None, "twin_id": None}
+            combos.append(c)
+            kept_names.append(names)
+            by_names[names] = c
     if t.twins:
-        by_slots = {tuple(sorted(c["slots"].items())): c for c in combos}
-        for c in combos:
-            swapped = dict(c["slots"])
-            for a, b in t.twins:
-                swapped[a], swapped[b] = c["slots"][b], c["slots"][a]
-            twin = by_slots.get(tuple(sorted(swapped.items())))
+        swaps = [(slot_names.index(a), slot_names.index(b)) for a, b in t.twins]
+        for names, c in zip(kept_names, combos):
+            swapped = list(names)
+            for a, b in swaps:
+                swapped[a], swapped[b] = names[b], names[a]
+            twin = by_names.get(tuple(swapped))
             if twin is not None and twin is not c:
                 c["twin"] = twin["id"]
                 c["twin_id"] = "t" + hashlib.sha1("|".join(sorted([c["id"], twin["id"]])).encode()).hexdigest()[:12]
@@ -188,8 +203,9 @@ def expand_template(suite: Suite, t: Template, held: set) -> list[dict]:
     heldout_family = suite.model.heldout.bind[0] if suite.model.heldout else None
     records = []
     for c in combos:
-        text, spans = render(t.text, c["values"])
-        st = build_structure(suite, t, c["values"])
+        values = dict(zip(slot_names, c["values"]))  # the Value of each slot (a tuple until sampling kept it)
+        text, spans = render(t.text, values)
+        st = build_structure(suite, t, values)
         split = "heldout" if any((b[1], b[2]) in held for b in st["bindings"] if b[0] == heldout_family) else "train"
         records.append({
             "id": c["id"], "suite": suite.name, "suite_version": suite.version,
@@ -216,11 +232,14 @@ def sample_records(records: list[dict], max_count: int, seed: int = 0, candidate
     keys = sorted(groups)
     rng = random.Random(seed)
     rng.shuffle(keys)
-    used: dict[tuple, int] = {}
+    used: Counter = Counter()  # (template, slot, value) → times picked
     chosen: list[int] = []
+    uses: dict[str, list[tuple]] = {}  # a group's (template, slot, value)s, made when it first enters the window
 
     def cost(k: str) -> int:
-        return sum(used.get((records[i]["template"], s, v), 0) for i in groups[k] for s, v in records[i]["slots"].items())
+        if k not in uses:
+            uses[k] = [(records[i]["template"], s, v) for i in groups[k] for s, v in records[i]["slots"].items()]
+        return sum(map(used.get, uses[k], itertools.repeat(0)))
 
     while keys and len(chosen) < max_count:
         window = min(candidates, len(keys))
@@ -228,10 +247,8 @@ def sample_records(records: list[dict], max_count: int, seed: int = 0, candidate
         k = keys.pop(j)
         if len(chosen) + len(groups[k]) > max_count:  # a twin pair that would overshoot
             continue
-        for i in groups[k]:
-            chosen.append(i)
-            for s, v in records[i]["slots"].items():
-                used[(records[i]["template"], s, v)] = used.get((records[i]["template"], s, v), 0) + 1
+        chosen += groups[k]
+        used.update(uses[k])
     kept = set(chosen)
     kept_ids = {records[i]["id"] for i in kept}
     out = []

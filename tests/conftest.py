@@ -39,3 +39,27 @@ def variant_files(tmp_path_factory):
     from tests.variant_files import build
 
     return build(tmp_path_factory.mktemp("variant-files"))
+
+
+def built_once(tmp_path_factory, worker_id: str, name: str, build) -> Path:
+    """``build(folder)`` once per test session, its folder shared by every xdist worker (pytest-xdist's documented
+    pattern: the session's common temp folder, a lock file; the folder counts as built once ``build`` returned, so
+    a worker whose build failed leaves the next one to start again). Without xdist: a temp folder of its own.
+    Tests read the folder, never change it (copy it first)."""
+    if worker_id == "master":
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    import fcntl
+    import shutil
+
+    root = tmp_path_factory.getbasetemp().parent  # this session's, common to its workers
+    folder, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder

@@ -1,7 +1,8 @@
 """benchmarks/gpu_accept.py, the GPU acceptance script, run on the tiny twins on CPU so it cannot rot while no
 GPU is lent: every section (build, sdxl end to end with the VLM judge, capture, the mini quickstart, the DiT,
---compile) finishes and writes the figures the GPU run reports. About 3 minutes here: each `t2i-audit`
-command it runs pays ~10 s of torch/diffusers imports on this CPU."""
+--compile) finishes and writes the figures the GPU run reports. With --tiny on CPU the script imports torch and
+diffusers once and forks its sections and their `t2i-audit` commands (each still a process of its own): about
+50 CPU-s here, where a fresh interpreter for each of its ~17 processes cost ~165."""
 
 import json
 import subprocess

@@ -131,19 +131,30 @@ def test_the_rule_on_examples():
 
 
 PLAIN = re.compile(r"^t2i-audit(\s|$)")
+PYTHON_C = re.compile(r"^python3? -c\s")
 SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}]|\\$")
 
 
-def _plain_commands(code: str, cwd: Path) -> list[list[str]] | None:
+def _plain_commands(code: str, cwd: Path) -> list[list[str] | str] | None:
     """A bash block made only of ``t2i-audit …`` lines (comments aside) as argument lists, globs expanded as bash
-    expands them (sorted; a pattern that matches nothing stays as written); None when a line needs the shell."""
+    expands them (sorted; a pattern that matches nothing stays as written), and of ``python -c CODE`` lines as their
+    CODE; None when a line needs the shell."""
     import glob
     import shlex
 
-    out = []
+    out: list[list[str] | str] = []
     for line in code.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
+            continue
+        if PYTHON_C.match(line):
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            words = list(lexer)
+            # one command (no shell operator split it off), its code taken as written: nothing bash would expand
+            if len(words) != 3 or any(c in words[2] for c in "$`\\"):
+                return None
+            out.append(words[2])
             continue
         words = shlex.split(line, comments=True)
         if not PLAIN.match(line) or SHELL_SYNTAX.search(" ".join(words)):
@@ -156,14 +167,22 @@ def _plain_commands(code: str, cwd: Path) -> list[list[str]] | None:
     return out
 
 
+def test_plain_blocks_take_python_c_lines_and_nothing_the_shell_must_read(tmp_path):
+    code = """python -c "from x import y; y('a')"\nt2i-audit run --model mini  # note\npython3 -c 'print(1)'"""
+    assert _plain_commands(code, tmp_path) == ["from x import y; y('a')", ["run", "--model", "mini"], "print(1)"]
+    for shell in ('python -c "print(1)" && ls', 'python -c "print($HOME)"', "python -c 'a' 'b'", 'python -c "a" > f',
+                  "t2i-audit run | tee log"):
+        assert _plain_commands(shell, tmp_path) is None, shell
+
+
 class Reader:
     """One newcomer's terminal: a folder that starts empty and the offline environment of the tests. Blocks run in
     page order; a block run alone (pytest -k, another xdist worker) first replays the blocks before it.
 
     A block of plain ``t2i-audit …`` lines runs each line through the real entry point (``t2i_audit.cli.main``, as
-    the console script does) in this process, so the suite pays torch's import once, not once a line; a Python block
-    runs as a script in this process; any other bash block runs in bash with ``t2i-audit`` and ``python`` on PATH
-    (this interpreter and the t2i_audit it imports)."""
+    the console script does) in this process, so the suite pays torch's import once, not once a line; a Python block,
+    and a ``python -c CODE`` line of such a block, runs as a script in this process; any other bash block runs in
+    bash with ``t2i-audit`` and ``python`` on PATH (this interpreter and the t2i_audit it imports)."""
 
     def __init__(self, root: Path):
         self.cwd = root / "reader"
@@ -192,7 +211,7 @@ class Reader:
             return r.returncode, r.stdout + r.stderr
         return self._in_process(code, plain)
 
-    def _in_process(self, code: str, commands: list[list[str]] | None) -> tuple[int, str]:
+    def _in_process(self, code: str, commands: list[list[str] | str] | None) -> tuple[int, str]:
         import contextlib
         import io
         import traceback
@@ -203,10 +222,11 @@ class Reader:
         os.chdir(self.cwd)
         try:
             with contextlib.redirect_stdout(seen), contextlib.redirect_stderr(seen):
-                for args in commands if commands is not None else [None]:
-                    if args is None:  # a Python block: a script run in the reader's folder
+                for args in commands if commands is not None else [code]:
+                    if isinstance(args, str):  # a Python block or a `python -c` line: a script in the reader's folder
+                        sys.argv = ["-c"]
                         try:
-                            exec(compile(code, "README.md", "exec"), {"__name__": "__main__"})
+                            exec(compile(args, "README.md", "exec"), {"__name__": "__main__"})
                         except Exception:
                             traceback.print_exc()
                             return 1, seen.getvalue()

@@ -17,7 +17,7 @@ def probed_mini(tmp_path_factory, repo_root) -> Path:
 
 
 def make_probed(out: Path, repo_root, **settings) -> Path:
-    """The run of ``probed_mini`` at ``out``, with more run ``settings`` (e.g. ``loras``)."""
+    """The run of ``probed_mini`` at ``out``, with other run ``settings`` (e.g. ``loras``, a smaller ``limit``)."""
     from t2i_audit import api
     from t2i_audit.probes.capture.early import extract_early_features, load_early
     from t2i_audit.probes.early_stage import _clean
@@ -26,9 +26,9 @@ def make_probed(out: Path, repo_root, **settings) -> Path:
     from t2i_audit.rundir import RunDir, atomic_write_json
     from t2i_audit.variants.of_run import for_run
 
-    cfg = api.make_config(dict(model="mini", prompts=[str(repo_root / "prompts/mini.yaml")], limit=8,
-                               images_per_prompt=2, steps=2, stages=["prompts", "generate"], out=str(out),
-                               device="cpu", **settings))
+    cfg = api.make_config({**dict(model="mini", prompts=[str(repo_root / "prompts/mini.yaml")], limit=8,
+                                  images_per_prompt=2, steps=2, stages=["prompts", "generate"], out=str(out),
+                                  device="cpu"), **settings})
     rd = RunDir(api.run_audit(cfg, progress=False))
     meta = extract_early_features(rd, "mini", fractions=(0.5, 1.0), previews=False, progress=False,
                                   variant=for_run(rd, "mini"))

@@ -1,14 +1,13 @@
 """SIGKILL drills: `t2i-audit run` killed 12 times at random moments over generation and
-scoring, rerun each time; the final run directory equals one made without kills. (Each kill costs a
-process start, ~12 s here: 12 kills keep the suite near its 20-minute budget; the per-stage damage
-drills in test_damage_drills.py cover score, extraction, probe and report beside it.)"""
+scoring, rerun each time; the final run directory equals one made without kills. Each run is a process of
+its own forked from one that imported torch and diffusers once (tests/warm.py): a kill costs the run's
+own work, not ~9 s of imports. The per-stage damage drills in test_damage_drills.py cover score,
+extraction, probe and report beside it."""
 
 import json
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,11 +15,13 @@ import pytest
 
 from t2i_audit.rundir import RunDir, read_jsonl
 
+from .. import warm
+
 N_PROMPTS, SCORER = 30, "tiny-clip"
 
 
 def _cmd(repo_root, out):
-    return [sys.executable, "-m", "t2i_audit", "run", "--model", "tiny-sd", "--prompts",
+    return ["run", "--model", "tiny-sd", "--prompts",
             str(repo_root / "prompts/spatial.yaml"), "--limit", str(N_PROMPTS), "--steps", "2",
             "--batch-size", "1", "--device", "cpu", "--stages", "prompts,generate,score",
             "--scorer", SCORER, "-q", "--out", str(out)]
@@ -36,12 +37,13 @@ def _kill_after_growth(proc, path: Path, delay: float, timeout=900) -> bool:  # 
     while time.time() - t0 < timeout:
         if _lines(path) > start:
             time.sleep(delay)  # a random moment: mid-batch, mid-write, or between batches
-            if proc.poll() is not None:
+            if not proc.is_alive():
                 return False
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+            proc.kill()  # SIGKILL
+            proc.join()
+            assert proc.exitcode == -signal.SIGKILL
             return True
-        if proc.poll() is not None:
+        if not proc.is_alive():
             return False
         time.sleep(0.005)
     proc.kill()
@@ -64,7 +66,7 @@ def test_twelve_kills_lose_nothing(repo_root, tmp_path):
         # 6 kills in generation, then the run is let through to scoring for the rest
         stage = "score" if kills["generate"] >= 6 or _lines(run.images) >= N_PROMPTS else "generate"
         watched = run.scores(SCORER) if stage == "score" else run.image_shard(0)
-        proc = subprocess.Popen(_cmd(repo_root, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = warm.start(_cmd(repo_root, out))
         if not _kill_after_growth(proc, watched, rng.uniform(0, 0.05)):
             # the run finished before this kill (a fast machine): score again from scratch, so
             # the remaining kills still land in scoring; the final comparison covers it all
@@ -76,9 +78,9 @@ def test_twelve_kills_lose_nothing(repo_root, tmp_path):
         json.loads((out / "manifest.json").read_text())  # whole files are never torn
     assert kills["generate"] >= 5 and kills["score"] >= 4 and sum(kills.values()) == 12, kills
 
-    assert subprocess.run(_cmd(repo_root, out), capture_output=True).returncode == 0
+    assert warm.run(_cmd(repo_root, out), log=tmp_path / "resume.log") == 0, (tmp_path / "resume.log").read_text()
     clean = tmp_path / "clean"
-    assert subprocess.run(_cmd(repo_root, clean), capture_output=True).returncode == 0
+    assert warm.run(_cmd(repo_root, clean), log=tmp_path / "clean.log") == 0, (tmp_path / "clean.log").read_text()
 
     a, b = RunDir(out), RunDir(clean)
     ia, ib = a.read_images(), b.read_images()

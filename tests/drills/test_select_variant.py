@@ -10,14 +10,16 @@ from t2i_audit.rundir import RunDir
 
 from ..spine.test_command_properties import invoke
 from .conftest import make_probed
-from .test_select_continued import N_PROMPTS, _pngs
+from .test_select_continued import _pngs
+
+N_PROMPTS = 4  # prompts probed and scanned: 4 kept images to compare with and without the LoRA
 
 
 def test_select_on_a_lora_run_continues_with_its_lora(tmp_path_factory, tmp_path, repo_root, monkeypatch, capsys):
     from t2i_audit.tiny.lora import build_lora
 
     lora = f"{build_lora('mini', tmp_path_factory.mktemp('mini-lora'))}:0.7"
-    probed = make_probed(tmp_path_factory.mktemp("probed-lora") / "run", repo_root, loras=[lora])
+    probed = make_probed(tmp_path_factory.mktemp("probed-lora") / "run", repo_root, loras=[lora], limit=N_PROMPTS)
     suite = str(repo_root / "prompts/mini.yaml")
     code, said = invoke(["select", "--from", str(probed), "--prompts", suite, "--limit", str(N_PROMPTS), "--of", "2",
                          "--keep", "1", "--at", "0.5", "--no-baseline", "--seed", "1", "--batch-size", "1",

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,22 +140,28 @@ def test_denoiser_replay_runs_the_generations_batches(repo_root, tmp_path, calls
     assert arr.shape[0] == 3 and np.isfinite(arr).all()
 
 
-def _run_cli(out, *extra, procs=1):
+def _run_cli(out, *extra, procs=1, monkeypatch=None, capsys=None):
+    """``t2i-audit run`` by 1 process (this one, through the CLI's entry point) or by ``procs`` (torchrun)."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
     common = ["--model", "tiny-sd", "--prompts", "prompts/colors.yaml", "--limit", "7", "--steps", "2",
               "--size", "32", "--batch-size", "3", "--device", "cpu", "--stages", "prompts,generate", "-q",
               "--out", str(out), *extra]
-    launcher = [sys.executable, "-m", "t2i_audit", "run"] if procs == 1 else \
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs), "--master_port",
-         str(29500 + os.getpid() % 1000), "-m", "t2i_audit", "run"]
-    r = subprocess.run(launcher + common, capture_output=True, text=True, timeout=400,
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    if procs == 1:
+        from .test_command_properties import invoke
+
+        code, said = invoke(["run", *common], Path(repo), monkeypatch, capsys)
+        assert code == 0, said[-3000:]
+        return
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs), "--master_port",
+                        str(29500 + os.getpid() % 1000), "-m", "t2i_audit", "run", *common],
+                       capture_output=True, text=True, timeout=400, cwd=repo)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def test_uneven_split_and_resume_with_another_process_count_equal_one_process(tmp_path):
+def test_uneven_split_and_resume_with_another_process_count_equal_one_process(tmp_path, monkeypatch, capsys):
     """7 prompts in batches of 3 over 2 processes ([0,1] and [2] batches): the same batches and bytes
     as 1 process; then a heal under 1 process of a run made by 2 gives them again."""
-    _run_cli(tmp_path / "one")
+    _run_cli(tmp_path / "one", monkeypatch=monkeypatch, capsys=capsys)
     _run_cli(tmp_path / "two", procs=2)
     one, two = RunDir(tmp_path / "one"), RunDir(tmp_path / "two")
     assert {r["rank"] for r in two.read_images()} == {0, 1}
@@ -163,5 +170,5 @@ def test_uneven_split_and_resume_with_another_process_count_equal_one_process(tm
     assert sorted(map(key, one.read_images())) == sorted(map(key, two.read_images()))
     for rec in two.read_images()[2:5]:  # members of two planned batches, made by different ranks
         (two.root / rec["path"]).unlink()
-    _run_cli(tmp_path / "two")
+    _run_cli(tmp_path / "two", monkeypatch=monkeypatch, capsys=capsys)
     assert shas(one) == shas(two)

@@ -100,7 +100,8 @@ CASES: dict[str, Case] = {
     "mini train-generator": Case(["mini", "train-generator", "--smoke", "--out", "{out}"],
                                  {"out": OUT_DIR, "track": OUT_DIR}, writes={"out"}),
     # a run folder stands in for a training output (OUTPUT_DIR must be a folder; its checkpoints are found later)
-    "track": Case(["track", "{output_dir}", "--model", "mini", "--prompts", "{prompts}", "--limit", "2", "--out", "{out}"],
+    "track": Case(["track", "{output_dir}", "--model", "mini", "--prompts", "{prompts}", "--limit", "2", "--steps", "2",
+                   "--out", "{out}"],
                   {"output_dir": IN_DIR, "prompts": IN_FILE, "out": OUT_DIR}, {"output_dir": "RUN", "prompts": "SUITE"},
                   writes={"out"}),
     "mini eval-judges": Case(["mini", "eval-judges", "--judge", "{judge}", "--n", "1", "--no-write"],

@@ -41,6 +41,29 @@ def test_ids_stable_across_processes(repo_root):
     assert a == b and a.count(",") == 4
 
 
+def test_ids_are_the_documented_hashes(tmp_path):
+    """docs/records.md: "p" + 12 hex of sha1 over suite, version, template and the slots sorted by name; a twin
+    pair's id over its two ids. Pinned on a suite with a constraint, a literal, twins, a one-slot template and
+    sampling, each id recomputed here from its record."""
+    import hashlib
+
+    suite = write(tmp_path, GOOD.replace('constraints: ["o1 != o2"]', 'constraints: ["o1 != o2", "c2 != \'green\'"]')
+                  .replace("values: [red, blue]", "values: [red, blue, green]")
+                  .replace("    twins: [[c1, c2]]\n", "    twins: [[c1, c2]]\n    sample: {max: 10, seed: 3}\n")
+                  + '  - name: one\n    category: color\n    text: "{c1.a} {o1}"\n    slots: {o1: objects, c1: colors}\n'
+                  "    expect:\n      objects:\n        - {id: o1, color: c1}\n")
+    recs = expand(load_suite(suite))
+    sha = lambda text: hashlib.sha1(text.encode()).hexdigest()[:12]  # noqa: E731
+    by_id = {r["id"]: r for r in recs}
+    assert [r["template"] for r in recs] == ["two"] * 10 + ["one"] * 6 and all(r["slots"]["c2"] != "green" for r in recs[:10])
+    for r in recs:
+        key = "\x1f".join(["demo", "1", r["template"], *(f"{k}={v}" for k, v in sorted(r["slots"].items()))])
+        assert r["id"] == "p" + sha(key), r
+        if r["twin"]:
+            assert by_id[r["twin"]]["twin"] == r["id"] and r["twin_id"] == "t" + sha("|".join(sorted([r["id"], r["twin"]])))
+    assert sum(r["twin"] is not None for r in recs) >= 2
+
+
 def test_questions_and_dependencies(demo):
     r = next(x for x in demo if x["slots"] == {"c1": "red", "o1": "cube", "c2": "blue", "o2": "sphere"})
     assert r["text"] == "a red cube and a blue sphere"

@@ -5,8 +5,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +14,8 @@ from PIL import Image
 
 from t2i_audit import api
 from t2i_audit.rundir import RunDir, read_jsonl
+
+from .. import warm
 
 FAMILIES = ["tiny-sd", "tiny-sdxl", "tiny-sd3", "tiny-flux", "tiny-pixart"]
 
@@ -78,40 +78,42 @@ def test_batch_size_does_not_change_images(repo_root, tmp_path):
         assert np.abs(a - b).max() <= 1 and (a != b).mean() < 0.01
 
 
-def _cli(*args):
-    return [sys.executable, "-m", "t2i_audit", "run", *args]
+def _argv(repo_root, out, n=40, steps=2):
+    return ["run", "--model", "tiny-sd", "--prompts", str(repo_root / "prompts/colors.yaml"), "--limit", str(n),
+            "--steps", str(steps), "--batch-size", "2", "--device", "cpu", "--stages", "prompts,generate", "-q",
+            "--out", str(out)]
 
 
-def _start(repo_root, out, n=40, steps=2):
-    return subprocess.Popen(_cli("--model", "tiny-sd", "--prompts", str(repo_root / "prompts/colors.yaml"),
-                                 "--limit", str(n), "--steps", str(steps), "--batch-size", "2", "--device", "cpu",
-                                 "--stages", "prompts,generate", "-q", "--out", str(out)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start(repo_root, out, log, n=40, steps=2):
+    """`t2i-audit run` in a process of its own (tests/warm.py: forked after the imports)."""
+    return warm.start(_argv(repo_root, out, n, steps), log=log)
 
 
-def _wait_for_lines(path: Path, n: int, proc, timeout=120):
+def _wait_for_lines(path: Path, n: int, proc, log: Path, timeout=120):
     t0 = time.time()
     while time.time() - t0 < timeout:
         if path.exists() and path.read_bytes().count(b"\n") >= n:
             return
-        if proc.poll() is not None:
-            pytest.fail(f"run ended early: {proc.stderr.read()[-2000:]}")
+        if not proc.is_alive():
+            pytest.fail(f"run ended early: {log.read_text()[-2000:]}")
         time.sleep(0.02)
     pytest.fail("no progress")
 
 
 def test_sigkill_then_resume_equals_clean_run(repo_root, tmp_path):
-    out = tmp_path / "killed"
+    out, log = tmp_path / "killed", tmp_path / "run.log"
     shard = RunDir(out).image_shard(0)
     for lines in (2, 6, 11):  # kill at a few points of generation
-        p = _start(repo_root, out)
-        _wait_for_lines(shard, lines, p)
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+        p = _start(repo_root, out, log)
+        _wait_for_lines(shard, lines, p, log)
+        p.kill()  # SIGKILL
+        p.join()
+        assert p.exitcode == -signal.SIGKILL
         json.loads((out / "manifest.json").read_text())  # whole files are never torn
         json.loads("[" + ",".join((out / "prompts.jsonl").read_text().splitlines()) + "]")
-    p = _start(repo_root, out)
-    assert p.wait() == 0, p.stderr.read()
+    p = _start(repo_root, out, log)
+    p.join()
+    assert p.exitcode == 0, log.read_text()
     api.run_audit(cfg(repo_root, tmp_path / "clean", limit=40, batch_size=2), progress=False)
     killed, clean = RunDir(out).read_images(), RunDir(tmp_path / "clean").read_images()
     assert len(killed) == 40 and len({(r["prompt_id"], r["sample"]) for r in killed}) == 40
@@ -122,19 +124,18 @@ def test_sigkill_then_resume_equals_clean_run(repo_root, tmp_path):
 
 
 def test_second_writer_is_refused(repo_root, tmp_path):
-    out = tmp_path / "busy"
-    p = _start(repo_root, out, n=400, steps=30)  # long enough to still be running
+    out, log = tmp_path / "busy", tmp_path / "first.log"
+    p = _start(repo_root, out, log, n=400, steps=30)  # long enough to still be running
     try:
-        _wait_for_lines(RunDir(out).image_shard(0), 1, p)
-        r = subprocess.run(_cli("--model", "tiny-sd", "--prompts", str(repo_root / "prompts/colors.yaml"),
-                                "--limit", "400", "--steps", "30", "--batch-size", "2", "--device", "cpu", "-q",
-                                "--stages", "prompts,generate", "--out", str(out)),
-                           capture_output=True, text=True)
-        assert r.returncode == 2
-        assert "in use by pid" in r.stderr and str(p.pid) in r.stderr
+        _wait_for_lines(RunDir(out).image_shard(0), 1, p, log)
+        os.kill(p.pid, signal.SIGSTOP)  # it holds the run's lock; stopped, it spends no CPU meanwhile
+        second = tmp_path / "second.log"
+        code = warm.run(_argv(repo_root, out, n=400, steps=30), log=second)
+        assert code == 2
+        assert "in use by pid" in second.read_text() and str(p.pid) in second.read_text()
     finally:
         p.kill()
-        p.wait()
+        p.join()
 
 
 def test_nan_and_black_images_are_flagged(repo_root, tmp_path, monkeypatch):

@@ -2,8 +2,8 @@
 for generation) give the files 1 process gives, and a killed sharded scoring resumes.
 
 One start-up per process count: tests/spine/sharded_cli.py runs `run` (prompts, generate, score,
-probe) then `probe --denoiser` in one process group, with 2-row activation chunks so that 12
-prompts make 6 part files per encoder for the two processes to share.
+probe) then `probe --denoiser` in the test's own process and in one torchrun group of 2, with 2-row
+activation chunks so that 12 prompts make 6 part files per encoder for the two processes to share.
 """
 
 import json
@@ -30,20 +30,25 @@ def _args(repo_root, out):
 
 
 @pytest.fixture(scope="module")
-def runs(repo_root, tmp_path_factory):
-    """The same audit made by 1 process and by 2 (torchrun), each with OMP_NUM_THREADS=1 (CPU
-    float results depend on the thread count, not on the process count)."""
-    root = tmp_path_factory.mktemp("sharded")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PART_LOG": str(root / "parts.log")}
-    script = str(HERE / "sharded_cli.py")
-    one = subprocess.run([sys.executable, script, *_args(repo_root, root / "one")], env=env,
-                         capture_output=True, text=True, timeout=900)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                          str(29600 + os.getpid() % 1000), script, *_args(repo_root, root / "two")],
-                         env=env, capture_output=True, text=True, timeout=900)
-    assert two.returncode == 0, two.stderr[-3000:]
-    assert two.stdout.count("run directory:") == 1 and two.stdout.count("probes written") == 1  # main reports
+def runs(repo_root, tmp_path_factory, worker_id):
+    """The same audit made by 1 process (this one) and by 2 (torchrun), each with one torch thread (CPU float
+    results depend on the thread count, not on the process count). Built once per session, shared by the
+    workers: about 25 CPU-s."""
+    from tests.conftest import built_once
+
+    from .sharded_cli import run_commands, small_parts
+
+    def build(root):
+        with small_parts(str(root / "parts.log")):
+            run_commands(_args(repo_root, root / "one"))
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PART_LOG": str(root / "parts.log")}
+        two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                              str(29600 + os.getpid() % 1000), str(HERE / "sharded_cli.py"),
+                              *_args(repo_root, root / "two")], env=env, capture_output=True, text=True, timeout=900)
+        assert two.returncode == 0, two.stderr[-3000:]
+        assert two.stdout.count("run directory:") == 1 and two.stdout.count("probes written") == 1  # main reports
+
+    root = built_once(tmp_path_factory, worker_id, "sharded", build)
     return RunDir(root / "one"), RunDir(root / "two")
 
 

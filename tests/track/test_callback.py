@@ -79,7 +79,7 @@ def test_mini_trainer_checkpoints_and_callback(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(sys, "argv", ["t2i-audit", "mini", "train-generator", "--smoke", "--out", str(tmp_path / "gen"),
                                       "--checkpoint-every", "2", "--track", str(tmp_path / "track"), "--track-every",
-                                      "3", "--track-limit", "4", "-q"])
+                                      "3", "--track-limit", "2", "-q"])
     with pytest.raises(SystemExit) as e:
         cli.main()
     assert e.value.code in (0, None), capsys.readouterr().err
