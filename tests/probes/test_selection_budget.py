@@ -23,10 +23,22 @@ STEPS = 4
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory, repo_root):
+def fitted(tmp_path_factory, worker_id, repo_root):
+    """The fitted, probed and studied run, built once per session and shared by the xdist workers (about 4
+    CPU-minutes: it was built again by every worker that ran a test of this module). Tests read it; the browser
+    test adds the run's report/ only."""
+    from tests.conftest import built_once
+
+    root = built_once(tmp_path_factory, worker_id, "selection-fitted", lambda folder: _fit(folder, repo_root))
+    rd = RunDir(root / "run")
+    rd.study_output = (root / "study_output.txt").read_text()
+    return rd
+
+
+def _fit(folder, repo_root):
     from t2i_audit.probes.early_stage import run_early_stage
 
-    out = tmp_path_factory.mktemp("fit") / "run"
+    out = folder / "run"
     # whole twin groups: 8 spatial and 8 colour-binding pairs (a prompt and its swap twin)
     records = api.expand_suites([str(repo_root / "prompts/mini.yaml")])
     picked = []
@@ -49,8 +61,7 @@ def fitted(tmp_path_factory, repo_root):
     res = CliRunner().invoke(app, ["select", "--from", str(rd.root), "--study", "--binding", "--bootstrap", "200",
                                    "--shuffles", "3", "--quiet"])
     assert res.exit_code == 0, res.output
-    rd.study_output = res.output
-    return rd
+    (folder / "study_output.txt").write_text(res.output)
 
 
 def test_study_curves_controls_and_runnable_outcomes(fitted):
