@@ -362,6 +362,10 @@ def _done_items(run: RunDir) -> dict[tuple[str, int], dict]:
 def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSettings, *,
                     state=None, progress: bool = True) -> dict:
     """Generate every missing image of ``prompts``; return the stage's counts (main process)."""
+    if not card.has_pipeline:  # a folder, a hosted model, a lab's own sampler (t2i_audit/sources)
+        from .sources import make_images
+
+        return make_images(run, prompts, card, s, state=state, progress=progress)
     import torch
     from accelerate import PartialState
 

@@ -44,6 +44,15 @@ class ModelCard:
     components: dict = field(default_factory=dict)  # pipeline components the repo does not ship: name -> spec
     sources: dict = field(default_factory=dict)  # setting (steps, guidance, size, call …) -> where it comes from
     adapted: Variant = NO_VARIANT  # the user's LoRAs and replaced components on top of this model (variants.py)
+    # where the images come from (t2i_audit/sources): "pipeline" (a diffusers pipeline: every stage), or a source
+    # without one — "images" (a folder or dataset made elsewhere), "endpoint" / "openai" (a hosted model), "python"
+    # (a lab's own sampler) — whose runs generate, score and report but cannot be probed (no activations)
+    kind: str = "pipeline"
+    target: Optional[str] = None  # what a non-pipeline source reads or calls: the folder, URL, model name, callable
+
+    @property
+    def has_pipeline(self) -> bool:
+        return self.kind == "pipeline"
 
     def with_variant(self, variant: Optional[Variant] = None, *, loras=None, components=None) -> "ModelCard":
         """This card with ``variant`` applied wherever its pipeline is built (generate.load_pipeline, the text-only
@@ -77,6 +86,8 @@ class ModelCard:
 
     @property
     def source(self) -> str:
+        if not self.has_pipeline:
+            return f"{self.kind}:{self.target}"
         if self.tiny:
             return f"tiny:{self.name}"
         return self.local or f"hf:{self.repo}" + (f"@{self.revision}" if self.revision else "")
@@ -126,6 +137,7 @@ class ModelCard:
                 "variant": self.variant, "vae_dtype": self.vae_dtype, "components": self.components,
                 "offload": self.offload, "vae_tiling": self.vae_tiling, "sources": self.sources,
                 "licence": self.licence, "gated": self.gated,
+                **({"kind": self.kind, "target": self.target} if not self.has_pipeline else {}),
                 # "variant" is the weights variant (fp16 files); the user's LoRAs / components are "adapted"
                 **({"adapted": self.adapted.described()} if self.adapted else {})}
 
@@ -293,6 +305,11 @@ def resolve_model(ref: str) -> ModelCard:
     session = active()
     if session is not None and session.card(ref) is not None:  # a pipeline held in memory (TrackCallback)
         return session.card(ref)
+    from .sources import resolve_source
+
+    sourced = resolve_source(ref)  # endpoint:URL, openai:MODEL, python:module:function — no pipeline
+    if sourced is not None:
+        return sourced
     cards = _cards()
     if ref in cards:
         return _from_card(ref, cards[ref])

@@ -1,0 +1,47 @@
+"""Where a run's images come from when no diffusers pipeline makes them.
+
+A model reference with one of :data:`PREFIXES` (``endpoint:URL``, ``openai:MODEL``, ``python:module:function``),
+or ``run --images DIR`` (images made elsewhere), resolves to a :class:`~t2i_audit.models.ModelCard` whose ``kind``
+names its source module here. Every source writes what ``generate.py`` writes — ``images/<prompt_id>/<sample>.*``
+and the records of images.jsonl — so scoring, reports, comparisons and boards never know the difference; only the
+stages that need the model's activations (probes, early prediction, selection) need a pipeline, and say so.
+
+Each kind is one module with ``make_images(run, prompts, card, settings, *, state, progress) -> dict`` (the
+stage's counts, as ``generate.generate_images`` returns them) and, for a model reference, ``card_for(ref)``.
+Modules are imported on first use, so listing sources costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+# model-reference prefix -> the card's kind
+PREFIXES = {"endpoint:": "endpoint", "openai:": "openai", "python:": "python"}
+# card kind -> module of this package that makes (or reads) its images
+MODULES = {"images": "folder", "endpoint": "hosted", "openai": "hosted", "python": "callable"}
+
+
+def _module(kind: str):
+    return importlib.import_module(f"{__name__}.{MODULES[kind]}")
+
+
+def resolve_source(ref: str):
+    """The card of a model reference that names a source (None: not one, e.g. a card name or a pipeline)."""
+    for prefix, kind in PREFIXES.items():
+        if ref.startswith(prefix):
+            return _module(kind).card_for(ref)
+    return None
+
+
+def make_images(run, prompts: list[dict], card, settings, *, state=None, progress: bool = True) -> dict:
+    """The generate stage for a card without a pipeline: its source's images, recorded as a pipeline's are."""
+    return _module(card.kind).make_images(run, prompts, card, settings, state=state, progress=progress)
+
+
+def needs_pipeline(card, what: str) -> Optional[str]:
+    """Why ``what`` (a stage or command) cannot run on ``card``'s run; None when it can."""
+    if card.has_pipeline:
+        return None
+    return (f"{what} needs the model's activations, and {card.source} has no diffusers pipeline to read them from "
+            "(images made elsewhere, a hosted model or your own sampler); generation, scoring and reports work")
