@@ -64,6 +64,20 @@ class RunConfig(BaseModel):
     # pipeline components replaced from a folder or .safetensors file; their files' sha256 enter the identity
     loras: list[str] = []
     components: dict[str, str] = {}
+    # hosted models (t2i_audit/sources/hosted.py): requests in flight (never changes what is made), and the server
+    # of `openai:MODEL` (another server is another model: part of the identity, when given)
+    concurrency: int = Field(default=4, gt=0)
+    base_url: Optional[str] = None
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _callable_model(cls, v):
+        """``model=fn``: a lab's sampler handed over in memory, named ``python:module:qualname`` (sources/callable.py)."""
+        if callable(v):
+            from .sources.callable import reference
+
+            return reference(v)
+        return v
 
     @field_validator("loras")
     @classmethod
@@ -119,13 +133,19 @@ class RunConfig(BaseModel):
         return RunConfig.model_validate(filled)
 
     def _hash(self, exclude: frozenset | set = frozenset()) -> str:
-        return stable_hash({**self.model_dump(exclude=NOT_IDENTITY | VARIANT | set(exclude)),
+        return stable_hash({**self.model_dump(exclude=NOT_IDENTITY | VARIANT | set(exclude) | self.unset_optional()),
                             **self.variant().identity()})[:6]
+
+    def unset_optional(self) -> set[str]:
+        """Settings added for other sources that this run does not use: left out of its identity and run.yaml, so a
+        run made before they existed keeps its fingerprint."""
+        return {k for k in ONLY_WHEN_SET if getattr(self, k) is None}
 
 
 # where a run goes, which stages run now, on which device and how many at once: none changes what is made
 # (a resume keeps the batch size it was planned with: generate._keep_recorded_plan)
-NOT_IDENTITY = {"out", "stages", "device", "batch_size", "compile", "offload", "vae_tiling"}
+NOT_IDENTITY = {"out", "stages", "device", "batch_size", "compile", "offload", "vae_tiling", "concurrency"}
+ONLY_WHEN_SET = {"base_url"}  # part of the identity when given (RunConfig.unset_optional)
 # the variant enters identities by content (Variant.identity: sha256 and scale), not by path, and only when
 # there is one: a run without LoRAs or components keeps the fingerprint and identity it always had
 VARIANT = {"loras", "components"}
@@ -151,7 +171,8 @@ def run_identity(cfg: RunConfig, card, records: list[dict], recorded: Optional[d
     `run --config RUN/run.yaml` resume matches) with the prompts by content. Not ``images_per_prompt``:
     more samples extend a run (the images made stay, each with its own seed), as `-n` always did."""
     filled = RunConfig.model_validate({**cfg.model_dump(), **resolved_settings(cfg, card)})
-    return {**filled.model_dump(exclude=NOT_IDENTITY | VARIANT | {"prompts", "images_per_prompt"}),
+    return {**filled.model_dump(exclude=NOT_IDENTITY | VARIANT | {"prompts", "images_per_prompt"}
+                                | filled.unset_optional()),
             **cfg.variant().identity(), "prompts": prompt_digest(records, (recorded or {}).get("prompts"))}
 
 
@@ -226,6 +247,10 @@ def default_run_dir(cfg: RunConfig, card=None, *, command: str = "run", settings
     plain run of the same model and prompts (it would land in that run's folder)."""
     suites = "+".join(Path(p).stem for p in cfg.prompts)
     model = cfg.model.replace("hf:", "").replace("/", "--").replace("@", "-").strip(".-") or "model"
+    if cfg.model.startswith(("endpoint:", "openai:", "python:")):  # a URL or module path: the card's plain name
+        from .models import resolve_model
+
+        model = (card or resolve_model(cfg.model)).name.replace("/", "--").replace("@", "-").replace(":", "-")
     if command != "run":
         if settings is None:
             raise ValueError(f"default_run_dir: a {command} run is named by its settings; pass settings=")
@@ -272,7 +297,9 @@ def prepare_run(cfg: RunConfig, card, records: list[dict], *, root: Optional[Pat
         atomic_write_jsonl(run.prompts, records)
     variant = cfg.variant()
     # absolute paths for the variant's files (a `run --config RUN/run.yaml` from elsewhere finds them); none: as before
-    resolved = {**cfg.model_dump(exclude=VARIANT), **(variant.as_config() if variant else {}),
+    # a pipeline's run.yaml never names the settings of hosted models (nor base_url where none is given)
+    unused = cfg.unset_optional() | ({"concurrency"} if card.has_pipeline else set())
+    resolved = {**cfg.model_dump(exclude=VARIANT | unused), **(variant.as_config() if variant else {}),
                 **resolved_settings(cfg, card), "out": str(run.root)}
     atomic_write_text(run.config, yaml.safe_dump(resolved, sort_keys=False))
     manifest = run.read_manifest()
@@ -305,6 +332,12 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
 
     # validate everything before the first byte is written
     card = resolve_model(cfg.model)
+    if not card.has_pipeline:  # a hosted model or a lab's sampler: settings its API cannot take, said now
+        from .sources import check_config
+
+        card = check_config(card, cfg)
+    elif cfg.base_url:
+        raise AuditError(f"--base-url {cfg.base_url}: only for --model openai:MODEL")
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
     variant = cfg.variant()  # every file found and hashed, then checked against the model: before any claim
     if variant:
@@ -326,7 +359,8 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
             s = resolved_settings(cfg, card)
             gen = GenSettings(steps=s["steps"], guidance=s["guidance"], size=s["size"], dtype=s["dtype"],
                               device=device, batch_size=cfg.batch_size, images_per_prompt=cfg.images_per_prompt,
-                              seed=cfg.seed, compile=cfg.compile, offload=cfg.offload, vae_tiling=cfg.vae_tiling)
+                              seed=cfg.seed, compile=cfg.compile, offload=cfg.offload, vae_tiling=cfg.vae_tiling,
+                              concurrency=cfg.concurrency)
             with _recorded(run, "generate", state.is_main_process):
                 generate_images(run, records, card, gen, state=state, progress=progress)
         main = state.is_main_process
@@ -336,7 +370,14 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
             with _recorded(run, "score", main):  # every process scores its share; the main one merges
                 score_stage(run, chosen, categories, device=device, batch_size=score_batch_size(cfg, device),
                             progress=progress, tiny=card.tiny, state=state)
-        if "probe" in cfg.stages:
+        if "probe" in cfg.stages and not card.has_pipeline:  # every other stage runs; this one cannot
+            from .sources import needs_pipeline
+
+            why = needs_pipeline(card, "the probe stage")
+            if main:  # said once, -q or not: a stage asked for and not run is never silent
+                run.update_stage("probe", status="skipped", why=why)
+                print(f"[probe] skipped: {why}", file=sys.stderr)
+        elif "probe" in cfg.stages:
             with _recorded(run, "probe", main):  # every process extracts its share; the main one fits
                 # probe labels: the scorer deciding each category (t2i_audit.deciding), as the report
                 probe_model = cfg.probe_model or cfg.model  # the run's variant applies to the run's own model
@@ -402,6 +443,14 @@ def report_stage(run: RunDir, **kw) -> Optional[Path]:
         run.update_stage("report", status="unavailable")
         return None
     return mod.render_report(run, **kw)
+
+
+def judge(images, prompts, **kw) -> list[dict]:
+    """The judges in your own loop: per image, the deciding scorer's verdict, failure types and per-question answers
+    (t2i_audit/judge.py; the score stage itself, so equal to a run's verdicts on the same images)."""
+    from .judge import judge as _judge
+
+    return _judge(images, prompts, **kw)
 
 
 def export_prompts(paths: list[str], out: str | Path, limit: Optional[int] = None, seed: int = 0) -> int:

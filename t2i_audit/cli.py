@@ -44,7 +44,7 @@ PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.repor
 
 @app.command()
 def run(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo[@rev] or a local pipeline folder."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo[@rev], a local pipeline folder, endpoint:URL, openai:MODEL or python:module:function."),
     prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s), or PromptRecords .jsonl (`prompts import`)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A run.yaml to rerun; other options override it."),
     limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
@@ -66,9 +66,17 @@ def run(
     vae_tiling: Optional[bool] = typer.Option(None, "--vae-tiling/--no-vae-tiling", help="Decode in tiles (large sizes on small GPUs; default: the card's)."),
     lora: Optional[List[str]] = typer.Option(None, "--lora", help=LORA_HELP),
     component: Optional[List[str]] = typer.Option(None, "--component", help=COMPONENT_HELP),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Hosted models (endpoint:URL, openai:MODEL): "
+                                              "requests in flight (default 4); what is made does not change."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="openai:MODEL: an OpenAI-compatible server "
+                                           "(default: OpenAI's); part of what the model is."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ):
-    """Generate, score, probe and report: every stage, resuming work already on disk."""
+    """Generate, score, probe and report: every stage, resuming work already on disk.
+
+    Images from anywhere: --model endpoint:URL (Hugging Face inference protocol; token in HF_TOKEN), openai:MODEL
+    (Images API; OPENAI_API_KEY), python:package.module:function (your own sampler). Their runs score and report
+    like any other; the probe stage needs a pipeline and is skipped."""
     from . import api
     from .cli_checks import require_input, require_suite
 
@@ -82,7 +90,8 @@ def run(
              "scorers": list(scorer) if scorer else None,
              "stages": stages.split(",") if stages else None, "out": str(out) if out else None,
              "compile": compile_, "offload": offload, "vae_tiling": vae_tiling,
-             "loras": list(lora) if lora else None, "components": component_options(component) if component else None}
+             "loras": list(lora) if lora else None, "components": component_options(component) if component else None,
+             "concurrency": concurrency, "base_url": base_url}
     if config is not None:
         cfg = api.load_config(config, **given)
     else:

@@ -54,6 +54,7 @@ class GenSettings:
     compile: bool = False  # torch.compile the denoiser
     offload: Optional[str] = None  # None: the card's, if the weights do not fit; "none" | "model" | "sequential"
     vae_tiling: Optional[bool] = None  # None: the card's
+    concurrency: int = 1  # requests in flight for a hosted model (t2i_audit/sources/hosted.py); a pipeline ignores it
 
 
 def image_seed(prompt_id: str, sample: int, base_seed: int) -> int:

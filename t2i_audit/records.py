@@ -153,6 +153,21 @@ class ActivationRow(Strict):
     sample: Optional[Count] = None
 
 
+REFUSAL_REASONS = ("content_filter", "not_an_image")
+
+
+class Refusal(OfAnImage):
+    """refusals.jsonl (t2i_audit/sources/recording.py): an image a hosted model or a lab's sampler did not give —
+    the provider refused the prompt (content filter), or what came back is not an image. Never a composition
+    failure: it is not scored, and reports count it apart."""
+
+    reason: Literal[REFUSAL_REASONS]  # type: ignore[valid-type]
+    detail: str = ""
+    seed: Optional[int] = None
+    status: Optional[Annotated[int, Field(strict=True, ge=100, le=599)]] = None
+    model: Optional[str] = None
+
+
 class ScanRecord(OfAnImage):
     """selection.jsonl (a ``select`` run): every scanned seed's risk and role."""
 
@@ -171,7 +186,8 @@ class EarlyRisk(OfAnImage):
     failed: Union[StrictBool, Annotated[int, Field(strict=True, ge=0, le=1)]]
 
 
-STATUS = Literal["running", "done", "failed", "incomplete", "done_with_errors", "unavailable"]
+# "skipped": a stage this run's model cannot have (probes of a run without a pipeline: t2i_audit.sources.needs_pipeline)
+STATUS = Literal["running", "done", "failed", "incomplete", "done_with_errors", "unavailable", "skipped"]
 
 
 class Stage(Strict):
@@ -273,6 +289,8 @@ RECORD_KINDS: dict[str, RecordKind] = {
                               "rerun `t2i-audit calibrate RUN --labels …`"),
     "activation-index": RecordKind("activations/*/index.jsonl", f"{_HERE}:ActivationRow", True,
                                    "remove that activations/ folder and rerun `t2i-audit probe RUN`"),
+    "refusals": RecordKind("refusals.jsonl", f"{_HERE}:Refusal", True,
+                           "remove the file and rerun the command that made the run (those images are asked again)"),
     "selection": RecordKind("selection.jsonl", f"{_HERE}:ScanRecord", True, "rerun the `select` that made the run"),
     "early-risk": RecordKind("probes/early_risk.jsonl", f"{_HERE}:EarlyRisk", True,
                              "rerun `t2i-audit probe RUN --early`"),

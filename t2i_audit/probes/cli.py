@@ -89,6 +89,9 @@ def probe(
     from . import run_probe_stage
 
     require_kind(run, "run")  # probes/, activations/ and the manifest are written there
+    from ..sources import refuse_without_pipeline
+
+    refuse_without_pipeline("probe --early" if early else "probe", model=model or _run_model(run), run=run)
     model = model or _run_model(run)
     if not model:
         raise AuditError(f"{run}: the run does not record its model; pass --model")
@@ -155,6 +158,9 @@ def predict(
 
     require_suite(prompts)  # before --from's probe is read: each input named on its own
     _from_folder(from_run, run=False)
+    from ..sources import refuse_without_pipeline
+
+    refuse_without_pipeline("predict", model=model, run=from_run)
     out = out or prompts.with_name(prompts.stem + ".risk.jsonl")
     from ..ownership import claim_output_file
 
@@ -278,6 +284,9 @@ def select(
 
         check_claimable(out, "run", command="select")
     _from_folder(from_run, run=True)
+    from ..sources import refuse_without_pipeline
+
+    refuse_without_pipeline("select", model=model or _run_model(from_run), run=from_run)
     if study:  # probes/ of the --from run are written: locked while this command writes them
         from ..ownership import require_kind
 

@@ -57,6 +57,9 @@ def _summary_payload(ctx: dict, data, out: Path, rd: RunDir, table: dict, second
         "deciding": {str(c): {k: d.get(k) for k in ("scorer", "source", "agreement", "why")}
                      for c, d in data.deciding.items()},
         "images": ctx["n_images"], "scored": ctx["n_scored"], "flagged": ctx["n_flagged"],
+        # a provider's refusals (content filter, not an image): never scored, never composition failures
+        "refused": ctx["source"]["refused"]["n"], "refused_by_reason": ctx["source"]["refused"]["by_reason"],
+        "needs_weights": sorted(ctx["source"]["needs_weights"]),
         "overall": clean(h["overall"]) if h else None,
         "by_category": {c["category"]: clean(c) for c in h["categories"]} if h else {},
         "by_template": {t["template"]: clean(t) for c in h["categories"] for t in c["templates"]} if h else {},

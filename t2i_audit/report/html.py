@@ -326,8 +326,16 @@ def build_context(data: RunData, out_dir: Path, thumbs: Thumbs, progress: bool =
         "probes": probes_section(data.rd.probes_dir),
         "early": early_section(data.rd, thumbs, out_dir, _rel),
         "manifest": manifest_section(data),
+        "source": source_section(data),
         **static_assets(),
     }
+
+
+def source_section(data: RunData) -> dict:
+    """Where the images came from (t2i_audit/sources): refusals counted apart, sections that need the weights."""
+    from ..sources.recording import report_section
+
+    return report_section(data.rd, data.manifest)
 
 
 def deciding_rows(data: RunData) -> list[dict]:

@@ -1,3 +1,7 @@
+# >>> LEAD TO ENGINEER (read now, then delete these 4 lines in your first commit): before anything else read
+# >>> /work/notes/common.md — how to work here: your worktree only, PYTHONPATH=$WT with /work/main/.venv/bin/python,
+# >>> 2 shared cores (targeted tests, -n 0, OMP_NUM_THREADS=1, never the whole suite), no git stash, deadline 01:40 UTC.
+# >>> It also says what your final report must contain.
 """Where a run's images come from when no diffusers pipeline makes them.
 
 A model reference with one of :data:`PREFIXES` (``endpoint:URL``, ``openai:MODEL``, ``python:module:function``),
@@ -37,6 +41,37 @@ def resolve_source(ref: str):
 def make_images(run, prompts: list[dict], card, settings, *, state=None, progress: bool = True) -> dict:
     """The generate stage for a card without a pipeline: its source's images, recorded as a pipeline's are."""
     return _module(card.kind).make_images(run, prompts, card, settings, state=state, progress=progress)
+
+
+def check_config(card, cfg):
+    """The card as the run uses it, after its source refused what it cannot take (before anything is written)."""
+    check = getattr(_module(card.kind), "check_config", None)
+    return (check(card, cfg) or card) if check is not None else card
+
+
+def refuse_without_pipeline(what: str, *, model: Optional[str] = None, run=None) -> None:
+    """Exit 2 (AuditError) when ``what`` (a command that needs activations) is asked of a model without a pipeline:
+    the ``model`` reference given, or the model whose images ``run`` holds (its manifest; a run of images made
+    elsewhere has no activations to relate them to, whichever pipeline is named). Loads no model: a reference's
+    source prefix, or the card kind the manifest recorded, decides it."""
+    from ..errors import AuditError
+
+    cards = [resolve_source(model)] if model else []
+    if run is not None:
+        from pathlib import Path
+
+        from ..records import read_document
+
+        recorded = read_document(Path(run) / "manifest.json", "manifest").get("model")
+        if isinstance(recorded, dict) and recorded.get("kind") not in (None, "pipeline"):
+            from ..models import ModelCard
+
+            cards.append(ModelCard(name=str(recorded.get("name")), kind=str(recorded["kind"]),
+                                   target=recorded.get("target")))
+    for card in cards:
+        why = needs_pipeline(card, what) if card is not None else None
+        if why:
+            raise AuditError(f"{why}; give a model that has one (a card name, hf:org/repo or a pipeline folder)")
 
 
 def needs_pipeline(card, what: str) -> Optional[str]:

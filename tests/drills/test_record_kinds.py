@@ -58,6 +58,8 @@ SAMPLES: dict[str, dict] = {
     "early-risk": {"prompt_id": "pa32e0fdf24d4", "sample": 0, "category": "color", "step": 1, "risk": 0.3,
                    "failed": False},
     "failure-probe": FAILURE, "early-probes": EARLY,
+    "refusals": {"prompt_id": "pa32e0fdf24d4", "sample": 0, "reason": "content_filter", "seed": 5, "status": 400,
+                 "detail": "the request was rejected by the safety system", "model": "endpoint-127.0.0.1-8000"},
 }
 
 # a value of each JSON type, and the tags of the Python types a strict field of that type accepts
