@@ -15,7 +15,7 @@ for dir in $("$python" -m pip config get global.find-links 2>/dev/null || true);
 # the extras the floors lane installs (.ci/run): every runtime extra and the test tools; not dev's datasets, which
 # only the board tests use and which requires pyarrow/huggingface_hub far above the core floors
 extras=()
-IFS=, read -r -a names <<< "${FLOOR_EXTRAS:-open-clip,detect,vlm,lora,test}"
+IFS=, read -r -a names <<< "${FLOOR_EXTRAS:-open-clip,detect,vlm,lora,hosted,test}"
 for e in "${names[@]}"; do extras+=(--extra "$e"); done
 uv pip compile pyproject.toml "${extras[@]}" --resolution lowest-direct --python-version 3.11 -c "$pins" \
   "${index[@]}" --index-strategy unsafe-best-match --no-header --no-annotate --quiet

@@ -89,10 +89,14 @@ class Endpoint:
 
         self.url = url
         self._token = get_token()  # HF_TOKEN, else the token `hf auth login` stored; never written by us
-        retry = Retry(total=MAX_RETRIES, connect=MAX_RETRIES, read=MAX_RETRIES, status=MAX_RETRIES, other=0,
-                      allowed_methods=None,  # POST too: an image request has no side effect worth guarding
-                      status_forcelist=RETRY_STATUS, backoff_factor=BACKOFF, backoff_max=8,
-                      respect_retry_after_header=True, retry_after_max=RETRY_AFTER_MAX, raise_on_status=False)
+        try:
+            retry = Retry(total=MAX_RETRIES, connect=MAX_RETRIES, read=MAX_RETRIES, status=MAX_RETRIES, other=0,
+                          allowed_methods=None,  # POST too: an image request has no side effect worth guarding
+                          status_forcelist=RETRY_STATUS, backoff_factor=BACKOFF, backoff_max=8,
+                          respect_retry_after_header=True, retry_after_max=RETRY_AFTER_MAX, raise_on_status=False)
+        except TypeError:  # before urllib3 2.7 a server's Retry-After could hold a run for hours
+            raise AuditError(f"endpoint:URL needs urllib3>=2.7 (installed: {urllib3.__version__}): "
+                             "pip install 't2i-audit[hosted]'") from None
         timeout = request_timeout()
         self._pool = urllib3.PoolManager(num_pools=2, maxsize=max(1, concurrency), block=False, retries=retry,
                                          timeout=Timeout(connect=min(30.0, timeout), read=timeout))
