@@ -76,15 +76,15 @@ def provider(card: ModelCard, concurrency: int = 1):
     return OpenAIImages(model, base_url or None)
 
 
-def check_config(card: ModelCard, cfg) -> None:
-    """Settings the API cannot take are refused before anything is written (the Images API has no steps or
-    guidance); the rest is sent as given."""
+def check_config(card: ModelCard, cfg) -> ModelCard:
+    """The card at ``cfg.base_url``; settings the API cannot take are refused before anything is written (the
+    Images API has no steps or guidance); the rest is sent as given."""
     if card.kind == "openai":
         given = [f"--{k}" for k in ("steps", "guidance") if getattr(cfg, k) is not None]
         if given:
             raise AuditError(f"{' and '.join(given)}: the OpenAI Images API takes no such setting; leave "
                              f"{'them' if len(given) > 1 else 'it'} out (only --size is sent)")
-    with_base_url(card, getattr(cfg, "base_url", None))
+    return with_base_url(card, getattr(cfg, "base_url", None))
 
 
 def sent_settings(card: ModelCard, settings) -> dict:

@@ -8,8 +8,8 @@ standard library's ThreadingHTTPServer on a real socket) speaking the Hugging Fa
 CONFIG: {"protocol": "hf" | "openai", "log": PATH (one JSON line per request: what was asked, never the token),
 "port_file": PATH, "delay": seconds before every answer, "token": the token it accepts (absent: any or none),
 "serve": {PROMPT TEXT + "|" + SEED: PATH} (those bytes for that request, e.g. a mini run's own PNGs),
-"faults": [{"match": substring of the prompt, "kind": 429 | 503 | slow | drop | notimage | refuse, "times": N}]}
-— the first N requests whose prompt holds ``match`` get the fault (times absent: every one). Images otherwise are
+"faults": [{"match": a prompt text, "kind": 429 | 503 | slow | drop | notimage | refuse, "times": N}]}
+— the first N requests for that prompt get the fault (times absent: every one). Images otherwise are
 the mini world's renders of the prompt (t2i_audit/mini/world.py), seeded by the request's seed: the judges give
 them real verdicts.
 """
@@ -48,7 +48,7 @@ class Model:
     def fault(self, text: str):
         with self.lock:
             for i, f in enumerate(self.cfg.get("faults") or []):
-                if f["match"] in text and (f.get("times") is None or self.used.get(i, 0) < f["times"]):
+                if f["match"] == text and (f.get("times") is None or self.used.get(i, 0) < f["times"]):
                     self.used[i] = self.used.get(i, 0) + 1
                     return str(f["kind"])
         return None
