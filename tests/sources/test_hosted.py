@@ -79,6 +79,14 @@ def test_endpoint_retries_records_refusals_and_resumes_without_asking_again(tmp_
     assert "steps: null" in run_yaml and "guidance: null" in run_yaml and "size: null" in run_yaml
     assert "provider's own default" in m["model"]["sources"]["steps"]
     assert _files_hold(root, SECRET) == []  # the token reaches no file
+    # the report counts the refusals apart: not scored, not composition failures
+    from t2i_audit.report import render_report
+
+    page = render_report(root, progress=False).read_text()
+    assert "refused by the provider" in page and "1 content filter" in page and "1 not an image" in page
+    summary = json.loads((root / "summary.json").read_text())["report"]
+    assert (summary["refused"], summary["refused_by_reason"], summary["images"]) == (
+        2, {"not_an_image": 1, "content_filter": 1}, 4)
 
 
 def test_openai_images_api_with_its_retries_refusals_and_no_seed(tmp_path, monkeypatch):
