@@ -344,8 +344,11 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         from .variants.check import check_variant
 
         card = check_variant(card, variant)
-    device = resolve_device(cfg.device)
-    state = process_state(device)  # created once; every stage shares its work between processes
+    if card.has_pipeline or "score" in cfg.stages:
+        device = resolve_device(cfg.device)
+        state = process_state(device)  # created once; every stage shares its work between processes
+    else:  # a hosted model's or a sampler's images alone: requests and files, no torch to import (seconds saved)
+        device, state = ("cpu" if cfg.device == "auto" else cfg.device), OneProcess()
     run = RunDir(cfg.out or default_run_dir(cfg, card))
     # a new or empty folder, or a run this command made with these settings: never write over someone's files
     claim_output_dir(run.root, "run", command="run",
@@ -390,6 +393,18 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
                 # each category's verdicts come from its deciding scorer (t2i_audit.deciding)
                 report_stage(run, progress=progress)
     return run.root
+
+
+class OneProcess:
+    """The process state of a run that needs no torch (the generate stage of a source without a pipeline): one
+    process, nothing to wait for — Accelerate's PartialState, which imports torch, is not needed to send requests."""
+
+    is_main_process = True
+    process_index = local_process_index = 0
+    num_processes = 1
+
+    def wait_for_everyone(self) -> None:
+        pass
 
 
 GPU_SCORE_BATCH = 16  # images a judge sees per forward on an accelerator (scorers/stage.py DEFAULT_BATCH_SIZE)
