@@ -80,6 +80,12 @@ def load(target: str) -> Callable:
     return obj
 
 
+def check_config(card: ModelCard, cfg) -> ModelCard:
+    """The function is imported before anything is written: a reference that does not import is said first."""
+    load(card.target)
+    return card
+
+
 def make_images(run, prompts: list[dict], card: ModelCard, settings, *, state=None, progress: bool = True) -> dict:
     main = state is None or state.is_main_process
     counts = _make(run, prompts, card, settings, progress) if main else {}
