@@ -129,10 +129,16 @@ def _suite_names(suite) -> list[str]:
 
 
 def _suite_index(suite) -> dict[str, dict]:
-    from .api import expand_suites
+    from .prompts import expand_files
 
+    names = _suite_names(suite)
+    records = expand_files([n for n in names if not str(n).endswith(".jsonl")])
+    if any(str(n).endswith(".jsonl") for n in names):  # PromptRecords (`prompts import` / `prompts export`)
+        from .importers import read_prompt_records
+
+        records += [r for n in names if str(n).endswith(".jsonl") for r in read_prompt_records(n)]
     index: dict[str, dict] = {}
-    for rec in expand_suites(_suite_names(suite)):
+    for rec in records:
         index.setdefault(_norm(rec["text"]), rec)
     return index
 

@@ -64,10 +64,10 @@ def refuse_without_pipeline(what: str, *, model: Optional[str] = None, run=None)
 
         recorded = read_document(Path(run) / "manifest.json", "manifest").get("model")
         if isinstance(recorded, dict) and recorded.get("kind") not in (None, "pipeline"):
-            from ..models import ModelCard
+            from types import SimpleNamespace  # what needs_pipeline reads of a card, as the manifest recorded it
 
-            cards.append(ModelCard(name=str(recorded.get("name")), kind=str(recorded["kind"]),
-                                   target=recorded.get("target")))
+            cards.append(SimpleNamespace(has_pipeline=False, source=recorded.get("source")
+                                         or f"{recorded['kind']}:{recorded.get('target')}"))
     for card in cards:
         why = needs_pipeline(card, what) if card is not None else None
         if why:
