@@ -79,6 +79,9 @@ def test_endpoint_retries_records_refusals_and_resumes_without_asking_again(tmp_
     assert "steps: null" in run_yaml and "guidance: null" in run_yaml and "size: null" in run_yaml
     assert "provider's own default" in m["model"]["sources"]["steps"]
     assert _files_hold(root, SECRET) == []  # the token reaches no file
+    from t2i_audit.verify import verify_run
+
+    assert verify_run(root)["ok"], verify_run(root)  # refusals.jsonl is a known record kind, the stage is done
     # the report counts the refusals apart: not scored, not composition failures
     from t2i_audit.report import render_report
 
@@ -157,3 +160,18 @@ def test_endpoint_requests_are_the_ones_inference_client_sends(tmp_path):
     assert {k: theirs[k] for k in keys} == {k: ours[k] for k in keys}
     assert ours["parameters"] == {"seed": 5, "num_inference_steps": 4, "guidance_scale": 3.5, "width": 32, "height": 32}
     assert reply.image[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_hosted_generate_stage_needs_no_torch(tmp_path):
+    """Sending requests needs neither torch nor Accelerate: a hosted run's generate stage imports neither (the
+    command starts in a second, and a machine without torch can make the images)."""
+    with hosted_model(tmp_path / "server") as (base, log):
+        script = ("import sys\nfrom t2i_audit import api\n"
+                  f"api.run_audit(api.RunConfig(model='endpoint:{base}/g', prompts=['mini'], limit=2, "
+                  f"out={str(tmp_path / 'run')!r}, stages=['prompts', 'generate']), progress=False)\n"
+                  "print(sorted(m for m in ('torch', 'accelerate', 'diffusers') if m in sys.modules))\n")
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        res = subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip().splitlines()[-1] == "[]" and len(log()) == 2
