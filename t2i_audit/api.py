@@ -266,6 +266,21 @@ def default_run_dir(cfg: RunConfig, card=None, *, command: str = "run", settings
     return next((root.with_name(name) for name in legacy if root.with_name(name).exists()), root)
 
 
+def resolve_model_for(cfg: RunConfig):
+    """The card a run of ``cfg`` uses: its model resolved, and for a source without a pipeline what the config adds
+    to it (``base_url``), its settings checked (sources.check_config)."""
+    from .models import resolve_model
+
+    card = resolve_model(cfg.model)
+    if not card.has_pipeline:  # a hosted model or a lab's sampler: settings its API cannot take, said now
+        from .sources import check_config
+
+        return check_config(card, cfg)
+    if cfg.base_url:
+        raise AuditError(f"--base-url {cfg.base_url}: only for --model openai:MODEL")
+    return card
+
+
 def library_versions() -> dict[str, Optional[str]]:
     out = {"python": platform.python_version()}
     for lib in LIBRARIES:
@@ -327,17 +342,10 @@ def _stage_module(name: str):
 def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     """Run every stage of ``cfg.stages`` in order; return the run directory."""
     from .generate import GenSettings, generate_images, resolve_device
-    from .models import resolve_model
     from .processes import process_state
 
     # validate everything before the first byte is written
-    card = resolve_model(cfg.model)
-    if not card.has_pipeline:  # a hosted model or a lab's sampler: settings its API cannot take, said now
-        from .sources import check_config
-
-        card = check_config(card, cfg)
-    elif cfg.base_url:
-        raise AuditError(f"--base-url {cfg.base_url}: only for --model openai:MODEL")
+    card = resolve_model_for(cfg)
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
     variant = cfg.variant()  # every file found and hashed, then checked against the model: before any claim
     if variant:

@@ -175,3 +175,16 @@ def test_a_hosted_generate_stage_needs_no_torch(tmp_path):
                              timeout=120)
         assert res.returncode == 0, res.stderr
         assert res.stdout.strip().splitlines()[-1] == "[]" and len(log()) == 2
+
+
+def test_the_server_is_part_of_what_a_hosted_model_is_and_concurrency_is_not():
+    def key(**kw):
+        cfg = api.RunConfig(model="openai:gpt-image-1", prompts=["mini"], **kw)
+        return cfg.fingerprint(api.resolve_model_for(cfg))
+
+    assert key() == key(concurrency=16)  # how many requests are in flight never changes what is made
+    assert key(base_url="http://127.0.0.1:1/v1") != key(base_url="http://127.0.0.1:2/v1") != key()
+    endpoint = api.RunConfig(model="endpoint:http://127.0.0.1:1/a", prompts=["mini"])
+    assert api.default_run_dir(endpoint).name.startswith("endpoint-127.0.0.1-1-a_mini_")  # a folder name, no URL
+    with pytest.raises(AuditError, match="credentials in the URL would be written"):
+        api.resolve_model_for(api.RunConfig(model="endpoint:https://user:pw@example.org/x", prompts=["mini"]))
