@@ -114,7 +114,7 @@ def _records(prompts: Sequence, suite) -> list[dict]:
             index = _suite_index(suite)
         rec = index.get(_norm(p))
         if rec is None:
-            raise AuditError(f"judge: prompt {i} {p!r} is in none of the suites searched ({_suite_names(suite)}); "
+            raise AuditError(f"judge: prompt {i} {p!r} is in none of the suites searched ({', '.join(map(str, _suite_names(suite)))}); "
                              "pass its PromptRecord (`t2i-audit prompts export` / `prompts import`) or suite=")
         out.append(rec)
     return out
