@@ -5,7 +5,10 @@
     run_dir = api.run_audit(api.RunConfig(model="tiny-sd", prompts=["prompts/colors.yaml"], limit=20))
 
 ``run_audit`` is every stage in order — prompts, generate, score, probe, report — each reading
-and writing files in one run directory, each skipping work already on disk.
+and writing files in one run directory, each skipping work already on disk. ``model`` may also be a hosted model
+(``endpoint:URL``, ``openai:MODEL``), ``python:module:function`` or the sampling function itself
+(``RunConfig(model=my_sampler, ...)``: t2i_audit/sources/callable.py); ``judge(images, prompts)`` gives the judges'
+verdicts on your own images without a run (t2i_audit/judge.py).
 """
 
 from __future__ import annotations
