@@ -27,6 +27,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "torchvision": ("torchvision", "vlm"),
     "timm": ("timm", "open-clip"),
     "peft": ("peft", "lora"),  # --lora: diffusers' LoRA loaders run on peft (t2i_audit/variants)
+    "openai": ("openai", "hosted"),  # --model openai:MODEL (t2i_audit/sources/providers.py)
 }
 
 

@@ -142,10 +142,9 @@ class OpenAIImages:
     takes = {"size": "size"}
 
     def __init__(self, model: str, base_url: Optional[str] = None):
-        try:
-            import openai
-        except ImportError:
-            raise AuditError("openai:MODEL needs the openai client: pip install 't2i-audit[hosted]'") from None
+        from ..extras import require
+
+        openai = require("openai")  # missing: "openai is not installed: pip install 't2i-audit[hosted]'"
         self.model, self.where = model, base_url or "https://api.openai.com/v1"
         key = os.environ.get(self.env)
         self._had_key = bool(key)
