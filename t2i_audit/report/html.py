@@ -39,6 +39,7 @@ def environment() -> Environment:
     env.filters["pct1"] = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1%}"
     env.filters["num"] = lambda v, d=3: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
     env.filters["ci_bar"] = lambda r: charts.ci_bar(r["rate"], r["lo"], r["hi"])
+    env.filters["ci_text"] = lambda r: analysis.ci_text(r["lo"], r["hi"])  # the one CI formatter of a rate
     env.filters["tojson_attr"] = lambda v: json.dumps(v, ensure_ascii=False)
     env.filters["diff_bar"] = lambda d: charts.diff_bar(d["diff"], d["lo"], d["hi"], significant=d.get("significant", False))
     env.filters["signed"] = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.1%}"
@@ -107,7 +108,7 @@ def _cell(r: dict | None) -> dict:
         return {"text": f"{r['k']}/{r['n']}", "bg": "#f1f1f4", "fg": "#777", "title": f"{r['k']}/{r['n']}: {why}"}
     bg, fg = charts.rate_colour(r["rate"])
     return {"text": f"{r['rate']:.0%}", "bg": bg, "fg": fg,
-            "title": f"{r['k']}/{r['n']} = {r['rate']:.1%} [{r['lo']:.0%}, {r['hi']:.0%}]"}
+            "title": f"{r['k']}/{r['n']} = {analysis.rate_text(r['rate'], r['lo'], r['hi'])}"}
 
 
 def heatmaps(data: RunData) -> list[dict]:

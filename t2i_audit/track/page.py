@@ -132,13 +132,15 @@ def _decod_charts(cps: list[dict], xs: list, headline: Optional[str], has_heldou
 
 
 def _hero(summary: dict, cps: list[dict]) -> list[dict]:
+    from ..analysis import ci_text
+
     out = []
     split = "heldout" if any(_row(c["success"], category="all", split="heldout") for c in cps) else "all"
     for c in (cps[0], cps[-1]) if cps else ():
         r = _row(c["success"], category="all", split=split)
         if r:
             out.append({"label": f"{SPLIT_NAMES[split]} · {c['label']}", "value": f"{r['rate']:.0%}",
-                        "note": f"{r['ci'][0]:.0%}–{r['ci'][1]:.0%}"})
+                        "note": ci_text(*r["ci"])})
     cr = summary.get("crossing")
     if cr:
         out.append({"label": "exceeds chance at", "value": _label_at(cps, cr.get("index")) or "never",

@@ -30,16 +30,18 @@ def skip_dependants(root: Path, scorer: str = "vqa-blip") -> int:
     return n
 
 
-def synthetic_track(root: Path, prompts: list[dict], weights: Path) -> Path:
-    """A track folder as ``t2i-audit track`` leaves it (track.json, prompts.jsonl, runs/<label>/), each checkpoint a
-    synthetic run of rising skill whose weights came from ``weights``/<label>; no activations (no decodability)."""
+def synthetic_track(root: Path, prompts: list[dict], weights: Path, points=TRACK_POINTS,
+                    samples: int = 1) -> Path:
+    """A track folder as ``t2i-audit track`` leaves it (track.json, prompts.jsonl, runs/<label>/), one synthetic run
+    per checkpoint (label, step, skill) whose weights came from ``weights``/<label>; no activations (no
+    decodability)."""
     from t2i_audit.track import index as ix
 
     root.mkdir(parents=True)
     atomic_write_jsonl(root / "prompts.jsonl", prompts)
     index = ix.Index(settings={"model": "tiny-sd"})
-    for label, step, skill in TRACK_POINTS:
-        make_run(root / "runs" / label, prompts=prompts, skill=skill, probes=False, samples=1, black=0)
+    for label, step, skill in points:
+        make_run(root / "runs" / label, prompts=prompts, skill=skill, probes=False, samples=samples, black=0)
         index.put(ix.Entry(label=label, step=step, order=ix.order_key(label, step), source=str(weights / label),
                            run=f"runs/{label}", status="done", layout="components"))
     ix.save_index(root, index)
