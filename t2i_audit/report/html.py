@@ -292,7 +292,9 @@ def _flatten(d, prefix="", depth=0) -> list[tuple[str, str]]:
 
 
 def manifest_section(data: RunData) -> dict:
-    m = dict(data.manifest)
+    from ..shareable import shareable
+
+    m = shareable(dict(data.manifest), data.rd.root)  # the page is shared: no absolute path of this machine
     stages = m.pop("stages", {}) or {}
     flags: dict[str, int] = {}
     for imr in data.images:

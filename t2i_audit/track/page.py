@@ -26,6 +26,7 @@ def write_track_page(root: Path, *, chance: Optional[float] = None, folds: int =
 
     from ..report.tables import write_tables
     from ..rundir import atomic_write_json, atomic_write_text
+    from ..shareable import shareable
 
     root = Path(root)
     points = load_points(root, folds=folds, progress=progress)
@@ -35,6 +36,8 @@ def write_track_page(root: Path, *, chance: Optional[float] = None, folds: int =
     summary["skipped"] = [s.model_dump() for s in index.skipped]
     summary["failed"] = [{"label": e.label, "error": e.error} for e in index.entries if e.status == "failed"]
     out = Path(dest) if dest is not None else root
+    # what is published names the checkpoints' folders relative to it (or ~), not by this machine's absolute paths
+    summary = shareable(summary, out)
     atomic_write_json(out / "curves.json", summary)
     succ = [{"label": c["label"], "step": c["step"], **{k: v for k, v in r.items() if k != "ci"},
              "lo": r["ci"][0], "hi": r["ci"][1]} for c in summary["checkpoints"] for r in c["success"]]
@@ -42,7 +45,7 @@ def write_track_page(root: Path, *, chance: Optional[float] = None, folds: int =
             "lo": r["ci"][0], "hi": r["ci"][1]} for c in summary["checkpoints"] for r in c["decodability"]]
     write_tables(pd.DataFrame(succ), out, "success")
     write_tables(pd.DataFrame(dec), out, "decodability")
-    atomic_write_text(out / "index.html", render_page(root, points, summary, index, links=out == root))
+    atomic_write_text(out / "index.html", render_page(root, points, summary, index, links=out == root, out=out))
     return summary
 
 
@@ -64,9 +67,11 @@ def _decod(rows: list[dict], source: str, split: str) -> Optional[dict]:
     return {"rate": r["p_true"], "ci": r["ci"]} if r else None
 
 
-def render_page(root: Path, points, summary: dict, index: ix.Index, *, links: bool = True) -> str:
+def render_page(root: Path, points, summary: dict, index: ix.Index, *, links: bool = True,
+                out: Optional[Path] = None) -> str:
     from ..report import charts
     from ..report.html import render, static_assets
+    from ..shareable import shareable
 
     cps = summary["checkpoints"]
     xs = [c["label"] if c["step"] is None or c["label"] == "final" else
@@ -88,7 +93,7 @@ def render_page(root: Path, points, summary: dict, index: ix.Index, *, links: bo
     first = points[0].run if points else None
     ctx = {
         "title": f"track · {first.model if first else root.name}",
-        "model": index.settings.get("model", first.model if first else ""),
+        "model": shareable(index.settings.get("model", first.model if first else ""), out or root),
         "suites": first.suites if first else [], "n_points": len(cps),
         "scorers": sorted({d.get("scorer") for p in points for d in p.run.deciding.values() if d.get("scorer")}),
         "hero": _hero(summary, cps), "success_keys": series, "success_chart": success_chart,

@@ -14,6 +14,26 @@ CONFIG = {"steps": 20, "guidance": 7.0, "size": 48, "dtype": "float32"}  # run.y
 TRACK_POINTS = (("base", 0, 0.3), ("checkpoint-10", 10, 0.6), ("final", None, 0.9))
 
 
+def made_here(run: Path, models: Path) -> Path:
+    """The run's manifest and run.yaml as ``t2i-audit run --model FOLDER`` writes them on this machine: the model
+    folder, the command line (the entry point's absolute path first) and the output folder, all absolute."""
+    import yaml
+
+    from t2i_audit.rundir import atomic_write_json, atomic_write_text
+    from t2i_audit.safeload import read_json
+
+    folder = str(models / run.name)
+    m = read_json(run / "manifest.json")
+    m["model"].update(source=folder, local=folder, repo=None)
+    m["command"] = [str(models.parent / ".venv" / "bin" / "t2i-audit"), "run", "--model", folder, "--out", str(run)]
+    m["stages"]["generate"]["resolved_from"] = folder
+    atomic_write_json(run / "manifest.json", m)
+    if (run / "run.yaml").is_file():
+        cfg = yaml.safe_load((run / "run.yaml").read_text())
+        atomic_write_text(run / "run.yaml", yaml.safe_dump({**cfg, "model": folder, "out": str(run)}, sort_keys=False))
+    return run
+
+
 def skip_dependants(root: Path, scorer: str = "vqa-blip") -> int:
     """Every question of a failed image whose dependency failed, recorded as the scorer records a skip (verdict None,
     ``extra.skipped_by``): the gallery cards then show the ``skipped`` badge. Returns how many."""
@@ -39,7 +59,7 @@ def synthetic_track(root: Path, prompts: list[dict], weights: Path, points=TRACK
 
     root.mkdir(parents=True)
     atomic_write_jsonl(root / "prompts.jsonl", prompts)
-    index = ix.Index(settings={"model": "tiny-sd"})
+    index = ix.Index(settings={"model": str(weights / "base")})  # as `track --model FOLDER` records it
     for label, step, skill in points:
         make_run(root / "runs" / label, prompts=prompts, skill=skill, probes=False, samples=samples, black=0)
         index.put(ix.Entry(label=label, step=step, order=ix.order_key(label, step), source=str(weights / label),
@@ -66,6 +86,7 @@ def build_pages(base: Path) -> dict[str, Path]:
                                        ("c", 0.4, "segmind/small-sd-distilled-checkpoint"))]
     for run in runs:
         assert skip_dependants(run)
+        made_here(run, base / "models")
     a = runs[0]
     pages = {"report": render_report(a, progress=False), "compare": compare_runs(runs, base / "compare")}
     for run in runs[1:]:
@@ -76,3 +97,17 @@ def build_pages(base: Path) -> dict[str, Path]:
     pages["track"] = track / "index.html"
     pages["label"] = render_label_page(a, n=6, seed=0, out=base / "label.html", progress=False)
     return pages
+
+
+def published(pages: dict) -> dict[str, list[Path]]:
+    """kind → every file a user shares of it: the report folder, the comparison folder, the board folder (its page,
+    card, tables and data: a Hub dataset), the track's page and data files (what ``dest`` copies for publishing;
+    track.json and runs/ are the track's own working records, like a run's manifest)."""
+    def files(folder: Path) -> list[Path]:
+        return sorted(p for p in folder.rglob("*") if p.is_file())
+
+    track = pages["track"].parent
+    return {"report": files(pages["report"].parent), "compare": files(pages["compare"].parent),
+            "board": files(pages["board"].parent),
+            "track": [track / n for n in ("index.html", "curves.json", "success.csv", "success.parquet",
+                                          "decodability.csv", "decodability.parquet") if (track / n).is_file()]}

@@ -10,15 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from allpages import KINDS, build_pages
+from allpages import KINDS
 from cdp import WIDTHS, Browser, needs_chromium
 
 pytestmark = needs_chromium
-
-
-@pytest.fixture(scope="module")
-def pages(tmp_path_factory) -> dict:
-    return build_pages(tmp_path_factory.mktemp("pages"))
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +46,8 @@ def test_the_check_finds_an_overlap_a_cut_and_a_wide_table(browser, tmp_path):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_page_reads_at_laptop_and_wide_screen_widths(pages, browser, kind):
-    browser.load(pages[kind].as_uri())
+def test_page_reads_at_laptop_and_wide_screen_widths(all_pages, browser, kind):
+    browser.load(all_pages[kind].as_uri())
     found = {w: browser.layout_problems(w) for w in WIDTHS}
     assert found == {w: [] for w in WIDTHS}, "\n".join(f"{w} px: {p}" for w, ps in found.items() for p in ps)
     assert browser.problems() == []  # no console error, no request leaving the page's folder
