@@ -56,6 +56,13 @@ def _in_text(text: str, root: Path) -> str:
     return _ABSOLUTE.sub(one, text) if "/" in text else text
 
 
+def _program(argv0: str) -> str:
+    """The command's program as a user types it: ``t2i-audit`` also for ``python -m t2i_audit`` (whose argv[0] is
+    the package's __main__.py)."""
+    name = os.path.basename(argv0)
+    return "t2i-audit" if name == "__main__.py" and Path(argv0).resolve().parent == PACKAGE else name
+
+
 def shareable(value: Any, root: Path) -> Any:
     """``value`` (JSON-like: dicts, lists, strings, numbers) with every absolute path in its strings made shareable
     for ``root``, the folder being published; a ``command`` list's program (its first item) by its name alone."""
@@ -65,7 +72,7 @@ def shareable(value: Any, root: Path) -> Any:
         out = {k: shareable(v, root) for k, v in value.items()}
         cmd = value.get("command")
         if isinstance(cmd, list) and cmd and isinstance(cmd[0], str) and os.path.isabs(cmd[0]):
-            out["command"] = [os.path.basename(cmd[0])] + out["command"][1:]
+            out["command"] = [_program(cmd[0])] + out["command"][1:]
         return out
     if isinstance(value, (list, tuple)):
         return type(value)(shareable(v, root) for v in value)
