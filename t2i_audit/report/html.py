@@ -38,7 +38,7 @@ def environment() -> Environment:
     env.filters["pct"] = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.0%}"
     env.filters["pct1"] = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1%}"
     env.filters["num"] = lambda v, d=3: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
-    env.filters["ci_bar"] = lambda r: charts.ci_bar(r["rate"], r["lo"], r["hi"])
+    env.filters["ci_bar"] = lambda r, width=160: charts.ci_bar(r["rate"], r["lo"], r["hi"], width)
     env.filters["ci_text"] = lambda r: analysis.ci_text(r["lo"], r["hi"])  # the one CI formatter of a rate
     env.filters["tojson_attr"] = lambda v: json.dumps(v, ensure_ascii=False)
     env.filters["diff_bar"] = lambda d: charts.diff_bar(d["diff"], d["lo"], d["hi"], significant=d.get("significant", False))

@@ -205,7 +205,7 @@ def _rows(points, cps: list[dict], splits: list[str], summary: dict, links: bool
                 counts[f["type"]] = counts.get(f["type"], 0) + int(f["images"])
         d = _decod(c["decodability"], head, "heldout") if head else None
         out.append({"label": c["label"], "step": c["step"], "layout": c["layout"], "ema": c["ema"], "splits": cells,
-                    "failures": charts.stacked_bar(sorted(counts.items()), width=220) if counts else "",
+                    "failures": charts.stacked_bar(sorted(counts.items()), width=180) if counts else "",
                     "decod": d["rate"] if d else None, "thumbs": _thumbs(p), "run": c["run"] if links else None})
     return out
 
