@@ -26,6 +26,21 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float, float]:
     return p, max(0.0, centre - half), min(1.0, centre + half)
 
 
+def _pct(v) -> str:
+    return "—" if v is None or not np.isfinite(v) else f"{v:.1%}"
+
+
+def ci_text(lo, hi) -> str:
+    """A rate's 95 % CI as every page, card and terminal line shows it: ``[0.0%, 32.4%]`` (Wilson, :func:`wilson`).
+    One formatter, so the same k of n reads the same on the report, compare, board and track pages."""
+    return f"[{_pct(lo)}, {_pct(hi)}]"
+
+
+def rate_text(rate, lo, hi) -> str:
+    """A rate with its CI: ``0.0% [0.0%, 32.4%]``."""
+    return f"{_pct(rate)} {ci_text(lo, hi)}"
+
+
 def _as_bool(series: pd.Series) -> pd.Series:
     """Verdict column → float 1/0 with NaN for None."""
     return series.map(lambda v: np.nan if v is None or (isinstance(v, float) and np.isnan(v))

@@ -19,6 +19,7 @@ from ..cli_checks import require_input
 from ..errors import AuditError
 from ..ownership import check_claimable, claim_output_dir
 from ..rundir import RunLock, atomic_write_json, atomic_write_text
+from ..shareable import shareable
 from . import card, ranks, readers, settings, store, tables
 from .page import render_page
 from .snapshot import category_frame, comparison_frame, run_frame
@@ -77,7 +78,7 @@ def _entry(out: Path, rid: str, run: readers.RunFiles, now: str, files: dict) ->
     return {"id": rid, "file_id": store.file_id(rid, run.hashes), "path": store.relative_path(out, run.root),
             "folder": run.root.name,
             "added_utc": now, "hashes": run.hashes, "files": files,
-            "config": {k: v for k, v in run.config.items() if k != "out"},
+            "config": shareable({k: v for k, v in run.config.items() if k != "out"}, out),  # published: no local path
             "model": _model_of(run.manifest),
             "suites": suites, "judges": run.judges, "calibration": run.calibration, "scorers": run.scorers,
             "images": int(len(run.results[["prompt_id", "sample"]].drop_duplicates())) if len(run.results) else 0}

@@ -56,6 +56,8 @@ def _md(text) -> str:
 
 
 def dataset_card(index: dict, numbers: dict) -> str:
+    from ..analysis import rate_text
+
     meta = {"pretty_name": index["title"], "tags": ["t2i-audit", "text-to-image", "evaluation", "compositionality"],
             "configs": configs(index)}
     repo = index.get("repo") or "BOARD"
@@ -90,7 +92,7 @@ def dataset_card(index: dict, numbers: dict) -> str:
         for r in sorted(g["rows"], key=lambda r: (r["overall"]["rank"] is None, r["overall"]["rank"] or 0)):
             o = r["overall"]
             rank = "—" if o["rank"] is None else f"{o['rank']} [{o['rank_lo']}–{o['rank_hi']}]"
-            rate = "—" if o["n"] == 0 else f"{o['rate']:.1%} [{o['lo']:.1%}, {o['hi']:.1%}]"
+            rate = "—" if o["n"] == 0 else rate_text(o["rate"], o["lo"], o["hi"])
             lines.append(f"| {rank} | {_md(r['label'])} | {rate} | {o['n']} |")
         lines.append("")
     where = ("`eval_results/<model>/.eval_results/*.yaml` holds" if index.get("repo") else
@@ -111,6 +113,8 @@ def slug(text: str) -> str:
 
 def eval_results(index: dict, numbers: dict, date: str) -> dict:
     """``{relative path: YAML text}``: per run, its categories and overall in the Hub's format."""
+    from ..analysis import ci_text
+
     repo = index.get("repo")
     if not repo:
         return {}
@@ -121,7 +125,7 @@ def eval_results(index: dict, numbers: dict, date: str) -> dict:
             for cat, c in [("overall", r["overall"]), *r["categories"].items()]:
                 if c["n"] == 0:
                     continue
-                notes = (f"success % of {c['n']} images (95% CI {c['lo']:.1%}–{c['hi']:.1%}) on the "
+                notes = (f"success % of {c['n']} images (95% CI {ci_text(c['lo'], c['hi'])}) on the "
                          f"{g['shared']} prompts of board group {g['name']}; {g['conditions_text']}; "
                          f"judge {c.get('judge') or '—'}; run {r['run_id']}")
                 entries.append({"dataset": {"id": repo, "task_id": str(cat)}, "value": round(100 * c["rate"], 2),

@@ -9,6 +9,8 @@ import typer
 
 
 def _printed(result, *, quiet: bool) -> list[str]:
+    from ..analysis import rate_text  # the pages' and the card's formatter; pandas only when a board is built
+
     lines = []
     for rid in result.added:
         lines.append(f"added {rid}")
@@ -27,7 +29,7 @@ def _printed(result, *, quiet: bool) -> list[str]:
         for r in sorted(g["rows"], key=lambda r: (r["overall"]["rank"] is None, r["overall"]["rank"] or 0)):
             o = r["overall"]
             rank = "-" if o["rank"] is None else f"{o['rank']} [{o['rank_lo']}-{o['rank_hi']}]"
-            rate = "no verdicts" if not o["n"] else f"{o['rate']:.1%} [{o['lo']:.1%}, {o['hi']:.1%}] of {o['n']} images"
+            rate = "no verdicts" if not o["n"] else f"{rate_text(o['rate'], o['lo'], o['hi'])} of {o['n']} images"
             lines.append(f"  rank {rank:<9} {labels[r['run_id']]}: {rate}")
     lines.append(f"snapshot {result.snapshot}{' (new)' if result.new_snapshot else ''}; page: {result.page}")
     return lines if not quiet else [lines[-1]]

@@ -47,11 +47,13 @@ def ci_bar(rate: float, lo: float, hi: float, width: int = 160) -> Markup:
     """A small interval plot on a 0–100% axis."""
     if rate is None or math.isnan(rate):
         return Markup('<span class="muted">—</span>')
+    from ..analysis import rate_text  # the one text of a rate and its CI, read out as shown
+
     x = lambda v: 4 + v * (width - 8)  # noqa: E731
     bg, _ = rate_colour(rate)
     return Markup(
         f'<svg class="ci" width="{width}" height="14" viewBox="0 0 {width} 14" role="img" '
-        f'aria-label="{rate:.0%} [{lo:.0%}, {hi:.0%}]">'
+        f'aria-label="{rate_text(rate, lo, hi)}">'
         f'<line x1="4" x2="{width - 4}" y1="7" y2="7" class="axis"/>'
         f'<line x1="{x(0.5):.1f}" x2="{x(0.5):.1f}" y1="2" y2="12" class="tick"/>'
         f'<line x1="{x(lo):.1f}" x2="{x(hi):.1f}" y1="7" y2="7" class="whisker"/>'

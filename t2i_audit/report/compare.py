@@ -26,6 +26,7 @@ from ..errors import AuditError
 from ..ownership import claim_output_dir
 from ..rundir import RunDir, atomic_write_json, atomic_write_text
 from ..scenes import prompt_groups
+from ..shareable import shareable_path
 from .html import render, static_assets
 from .tables import choose_scorer, decided_by_category, load_run, write_tables
 from .thumbs import Thumbs
@@ -228,7 +229,8 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
     deciding_out = {str(c): {k: d.get(k) for k in ("scorer", "source", "agreement", "why")}
                     for c, d in deciding.items()}
     protocols = _protocol_names(runs)
-    summary = {"models": labels, "runs": [str(r.rd.root) for r in runs], "scorer": scorer, "protocols": protocols,
+    summary = {"models": labels, "scorer": scorer, "protocols": protocols,
+               "runs": [shareable_path(str(r.rd.root), out) for r in runs],  # relative: the page is shared
                "deciding": deciding_out,
                "suites": suites, "different_suites": different, "shared_prompts": len(shared_keys),
                "paired_images": len(pairs), "disagreements": len(disagree),

@@ -38,7 +38,8 @@ def environment() -> Environment:
     env.filters["pct"] = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.0%}"
     env.filters["pct1"] = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1%}"
     env.filters["num"] = lambda v, d=3: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
-    env.filters["ci_bar"] = lambda r: charts.ci_bar(r["rate"], r["lo"], r["hi"])
+    env.filters["ci_bar"] = lambda r, width=160: charts.ci_bar(r["rate"], r["lo"], r["hi"], width)
+    env.filters["ci_text"] = lambda r: analysis.ci_text(r["lo"], r["hi"])  # the one CI formatter of a rate
     env.filters["tojson_attr"] = lambda v: json.dumps(v, ensure_ascii=False)
     env.filters["diff_bar"] = lambda d: charts.diff_bar(d["diff"], d["lo"], d["hi"], significant=d.get("significant", False))
     env.filters["signed"] = lambda v: "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.1%}"
@@ -107,7 +108,7 @@ def _cell(r: dict | None) -> dict:
         return {"text": f"{r['k']}/{r['n']}", "bg": "#f1f1f4", "fg": "#777", "title": f"{r['k']}/{r['n']}: {why}"}
     bg, fg = charts.rate_colour(r["rate"])
     return {"text": f"{r['rate']:.0%}", "bg": bg, "fg": fg,
-            "title": f"{r['k']}/{r['n']} = {r['rate']:.1%} [{r['lo']:.0%}, {r['hi']:.0%}]"}
+            "title": f"{r['k']}/{r['n']} = {analysis.rate_text(r['rate'], r['lo'], r['hi'])}"}
 
 
 def heatmaps(data: RunData) -> list[dict]:
@@ -291,7 +292,9 @@ def _flatten(d, prefix="", depth=0) -> list[tuple[str, str]]:
 
 
 def manifest_section(data: RunData) -> dict:
-    m = dict(data.manifest)
+    from ..shareable import shareable
+
+    m = shareable(dict(data.manifest), data.rd.root)  # the page is shared: no absolute path of this machine
     stages = m.pop("stages", {}) or {}
     flags: dict[str, int] = {}
     for imr in data.images:

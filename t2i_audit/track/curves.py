@@ -1,9 +1,9 @@
 """Composition over training, from a track's files: per checkpoint, success by category and split (seen /
-held-out) with 95 % CIs, failure types, and decodability of the constituents from the denoiser (the fresh-seed
+held-out) with 95 % Wilson CIs (the one CI of a rate on every page), failure types, and decodability of the constituents from the denoiser (the fresh-seed
 capture) and the text encoders (the run's stored activations); then when held-out success first exceeds chance
 and whether decodability rises before it (timing.py).
 
-CIs resample prompt groups (``units``: :func:`t2i_audit.scenes.prompt_groups`, prompts showing one scene and swap
+Decodability CIs, the crossing and the rise resample prompt groups (``units``: :func:`t2i_audit.scenes.prompt_groups`, prompts showing one scene and swap
 twins, one cluster for all their images and probe items), 2,000 times, seed 0. Decodability is read as each item's
 out-of-fold probability of its true value from a linear probe (the probe stage's ``linear.decodability_many``:
 standardised logistic, C = 1), folds grouped the same way, so a held-out composition is never in its own probe's
@@ -204,7 +204,11 @@ def fit_source(X: np.ndarray, recs: list[dict], groups: np.ndarray, *, folds: in
 
 # --- success --------------------------------------------------------------------------------------
 def success_rows(point: Point) -> list[dict]:
-    """Per category (and all) × split: images passed, with the CI over prompt groups (``units``)."""
+    """Per category (and all) × split: images passed, with the 95 % Wilson CI of k of n that every page shows for a
+    rate (analysis.wilson: a bootstrap reads 0 of 8 as [0 %, 0 %]); ``n_groups``: the prompt groups (``units``)
+    the images come from, the units the crossing's and the rise's cluster bootstraps resample (timing.py)."""
+    from ..analysis import wilson
+
     unit = units(point.prompts)
     df = point.run.images_df
     df = df[df["verdict"].notna()]
@@ -216,11 +220,10 @@ def success_rows(point: Point) -> list[dict]:
             sub = sub if s == "all" else sub[sub["split"].fillna("train") == s]
             if sub.empty:
                 continue
-            groups = [unit[p] for p in sub["prompt_id"]]
-            summ = GroupBootstrap(np.array(groups), n_boot=N_BOOT, seed=0).summary(
-                sub["verdict"].map(bool).astype(float).to_numpy())
-            rows.append({"category": cat, "split": s, "k": int(sub["verdict"].map(bool).sum()), "n": int(len(sub)),
-                         "rate": summ["mean"], "ci": summ["ci"], "n_groups": summ["n_groups"]})
+            k, n = int(sub["verdict"].map(bool).sum()), int(len(sub))
+            rate, lo, hi = wilson(k, n)
+            rows.append({"category": cat, "split": s, "k": k, "n": n, "rate": rate, "ci": [lo, hi],
+                         "n_groups": len({unit[p] for p in sub["prompt_id"]})})
     return rows
 
 

@@ -26,6 +26,7 @@ def write_track_page(root: Path, *, chance: Optional[float] = None, folds: int =
 
     from ..report.tables import write_tables
     from ..rundir import atomic_write_json, atomic_write_text
+    from ..shareable import shareable
 
     root = Path(root)
     points = load_points(root, folds=folds, progress=progress)
@@ -35,6 +36,8 @@ def write_track_page(root: Path, *, chance: Optional[float] = None, folds: int =
     summary["skipped"] = [s.model_dump() for s in index.skipped]
     summary["failed"] = [{"label": e.label, "error": e.error} for e in index.entries if e.status == "failed"]
     out = Path(dest) if dest is not None else root
+    # what is published names the checkpoints' folders relative to it (or ~), not by this machine's absolute paths
+    summary = shareable(summary, out)
     atomic_write_json(out / "curves.json", summary)
     succ = [{"label": c["label"], "step": c["step"], **{k: v for k, v in r.items() if k != "ci"},
              "lo": r["ci"][0], "hi": r["ci"][1]} for c in summary["checkpoints"] for r in c["success"]]
@@ -42,7 +45,7 @@ def write_track_page(root: Path, *, chance: Optional[float] = None, folds: int =
             "lo": r["ci"][0], "hi": r["ci"][1]} for c in summary["checkpoints"] for r in c["decodability"]]
     write_tables(pd.DataFrame(succ), out, "success")
     write_tables(pd.DataFrame(dec), out, "decodability")
-    atomic_write_text(out / "index.html", render_page(root, points, summary, index, links=out == root))
+    atomic_write_text(out / "index.html", render_page(root, points, summary, index, links=out == root, out=out))
     return summary
 
 
@@ -64,9 +67,11 @@ def _decod(rows: list[dict], source: str, split: str) -> Optional[dict]:
     return {"rate": r["p_true"], "ci": r["ci"]} if r else None
 
 
-def render_page(root: Path, points, summary: dict, index: ix.Index, *, links: bool = True) -> str:
+def render_page(root: Path, points, summary: dict, index: ix.Index, *, links: bool = True,
+                out: Optional[Path] = None) -> str:
     from ..report import charts
     from ..report.html import render, static_assets
+    from ..shareable import shareable
 
     cps = summary["checkpoints"]
     xs = [c["label"] if c["step"] is None or c["label"] == "final" else
@@ -88,7 +93,7 @@ def render_page(root: Path, points, summary: dict, index: ix.Index, *, links: bo
     first = points[0].run if points else None
     ctx = {
         "title": f"track · {first.model if first else root.name}",
-        "model": index.settings.get("model", first.model if first else ""),
+        "model": shareable(index.settings.get("model", first.model if first else ""), out or root),
         "suites": first.suites if first else [], "n_points": len(cps),
         "scorers": sorted({d.get("scorer") for p in points for d in p.run.deciding.values() if d.get("scorer")}),
         "hero": _hero(summary, cps), "success_keys": series, "success_chart": success_chart,
@@ -132,13 +137,15 @@ def _decod_charts(cps: list[dict], xs: list, headline: Optional[str], has_heldou
 
 
 def _hero(summary: dict, cps: list[dict]) -> list[dict]:
+    from ..analysis import ci_text
+
     out = []
     split = "heldout" if any(_row(c["success"], category="all", split="heldout") for c in cps) else "all"
     for c in (cps[0], cps[-1]) if cps else ():
         r = _row(c["success"], category="all", split=split)
         if r:
             out.append({"label": f"{SPLIT_NAMES[split]} · {c['label']}", "value": f"{r['rate']:.0%}",
-                        "note": f"{r['ci'][0]:.0%}–{r['ci'][1]:.0%}"})
+                        "note": ci_text(*r["ci"])})
     cr = summary.get("crossing")
     if cr:
         out.append({"label": "exceeds chance at", "value": _label_at(cps, cr.get("index")) or "never",
@@ -198,7 +205,7 @@ def _rows(points, cps: list[dict], splits: list[str], summary: dict, links: bool
                 counts[f["type"]] = counts.get(f["type"], 0) + int(f["images"])
         d = _decod(c["decodability"], head, "heldout") if head else None
         out.append({"label": c["label"], "step": c["step"], "layout": c["layout"], "ema": c["ema"], "splits": cells,
-                    "failures": charts.stacked_bar(sorted(counts.items()), width=220) if counts else "",
+                    "failures": charts.stacked_bar(sorted(counts.items()), width=180) if counts else "",
                     "decod": d["rate"] if d else None, "thumbs": _thumbs(p), "run": c["run"] if links else None})
     return out
 

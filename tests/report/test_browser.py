@@ -193,17 +193,18 @@ def test_board_page_loads_offline_and_sorts_by_category_and_failure_type(board_p
     res = chromium(board_page.as_uri(), tmp_path / "c0", "--dump-dom")
     assert res["rc"] == 0 and res["console"] == [] and res["requests"] == []
     default = _tables(res["stdout"]).tables
-    assert set(default) == {"G1", "G2"}
+    # each group's ranking, and its failure types in a table of their own under it (side by side they scrolled)
+    assert set(default) == {"G1", "G2", "G1-failures", "G2-failures"}
     g1 = default["G1"]
     assert [r["run"] for r in g1["rows"]][0] == "a"  # rank order first
-    failure_keys = [k for k in g1["keys"] if k and k.startswith("f:")]
+    failure_keys = [k for k in default["G1-failures"]["keys"] if k and k.startswith("f:")]
     assert failure_keys and "c:counting" in g1["keys"]
-    for key in ("c:counting", failure_keys[0]):
+    for key, table in (("c:counting", "G1"), (failure_keys[0], "G1-failures")):
         res = chromium(board_page.as_uri() + "#sort=" + key, tmp_path / key.replace(":", "-"), "--dump-dom")
         assert res["console"] == []
         p = _tables(res["stdout"])
         assert p.body.get("data-sort") == key
-        t = p.tables["G1"]
+        t = p.tables[table]
         col = t["keys"].index(key)
         values = [float(r["v"][col]) for r in t["rows"]]
         assert values == sorted(values, reverse=True) and t["sorted"] == key

@@ -1,7 +1,6 @@
 """``t2i-audit label``: stratified sampling, the page, and a person's session in headless Chromium.
 
-The browser is driven through the Chrome DevTools Protocol over ``--remote-debugging-pipe``
-(fd 3 in, fd 4 out, NUL-terminated JSON; no extra Python package): real key presses
+The browser is driven through the Chrome DevTools Protocol (cdp.py): real key presses
 (``Input.dispatchKeyEvent``), a reload to check the autosave, and a click on "Export CSV" with
 downloads allowed (``Browser.setDownloadBehavior``). Browser tests skip without Chromium, as in
 test_browser.py. Every wait waits for the condition it checks (the new document's own state, the
@@ -9,18 +8,14 @@ download's "completed" event), never for a time or a proxy, so a loaded machine 
 """
 
 import json
-import os
-import select
-import shutil
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from cdp import Browser, needs_chromium
 from synth import make_prompts, make_run
 
 from t2i_audit.cli import app
@@ -29,9 +24,7 @@ from t2i_audit.report.label import SHEET_COLUMNS, allocate, render_label_page, s
 from t2i_audit.rundir import RunDir, read_jsonl
 from t2i_audit.scorers.calibrate import export_sheet
 
-CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-CHROMIUM = os.environ.get("T2I_AUDIT_CHROMIUM") or next((shutil.which(c) for c in CANDIDATES if shutil.which(c)), None)
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install chromium)")
+LABEL_READY = "typeof window.labelState === 'function'"  # the page's script has run
 EVIL = 'a red cube </script><script>document.title="pwned"</script> & a "blue" sphere'
 
 
@@ -89,130 +82,7 @@ def test_label_cli_and_errors(run, tmp_path):
     assert isinstance(r.exception, AuditError) and "--n must be positive" in str(r.exception)
 
 
-# --- headless Chromium ---------------------------------------------------------------------
-
-HANG = 300  # seconds: only a hung browser ever waits this long; every wait ends on its condition
-KEYCODES = {"ArrowRight": 39, "ArrowLeft": 37, "ArrowDown": 40, "ArrowUp": 38, "Backspace": 8}
-
-
-class Browser:
-    """One headless Chromium page driven over the DevTools pipe."""
-
-    def __init__(self, profile: Path):
-        r_in, w_in = os.pipe()
-        r_out, w_out = os.pipe()
-
-        def fds():  # dup2 from other numbers onto 3/4 clears close-on-exec
-            a, b = os.dup(r_in), os.dup(w_out)
-            os.dup2(a, 3)
-            os.dup2(b, 4)
-
-        self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-extensions", "--disable-default-apps", f"--user-data-dir={profile}",
-             "--remote-debugging-pipe", "about:blank"],
-            preexec_fn=fds, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        os.close(r_in)
-        os.close(w_out)
-        self.w, self.r = os.fdopen(w_in, "wb", buffering=0), os.fdopen(r_out, "rb", buffering=0)
-        self.buf, self.n, self.events = b"", 0, []
-        target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        self.session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        for domain in ("Page", "Runtime", "Network"):
-            self.send(f"{domain}.enable", page=True)
-
-    def _message(self, deadline: float) -> dict:
-        """The next message from Chromium; TimeoutError past ``deadline`` (a hang guard, not a wait)."""
-        while b"\0" not in self.buf:
-            if not select.select([self.r], [], [], max(0.0, deadline - time.time()))[0]:
-                raise TimeoutError("no message from Chromium")
-            chunk = self.r.read(1 << 16)
-            if not chunk:
-                raise RuntimeError("Chromium exited: " + self.proc.stderr.read().decode()[-2000:])
-            self.buf += chunk
-        raw, self.buf = self.buf.split(b"\0", 1)
-        return json.loads(raw)
-
-    def send(self, method: str, params: dict | None = None, page: bool = False) -> dict:
-        self.n += 1
-        msg = {"id": self.n, "method": method, "params": params or {}}
-        if page:
-            msg["sessionId"] = self.session
-        self.w.write(json.dumps(msg).encode() + b"\0")
-        deadline = time.time() + HANG
-        while True:
-            m = self._message(deadline)
-            if m.get("id") == self.n:
-                if "error" in m:
-                    raise RuntimeError(f"{method}: {m['error']}")
-                return m["result"]
-            self.events.append(m)
-
-    def event(self, method: str, match=lambda params: True) -> dict:
-        """The params of the first ``method`` event (already received or to come) that ``match`` accepts."""
-        seen = 0
-        deadline = time.time() + HANG
-        while True:
-            for e in self.events[seen:]:
-                if e.get("method") == method and match(e.get("params", {})):
-                    return e["params"]
-            seen = len(self.events)
-            self.events.append(self._message(deadline))
-
-    def eval(self, expr: str):
-        res = self.send("Runtime.evaluate", {"expression": expr, "returnByValue": True}, page=True)
-        if "exceptionDetails" in res:
-            raise RuntimeError(res["exceptionDetails"])
-        return res["result"].get("value")
-
-    def load(self, url: str) -> None:
-        """Navigate and return once the NEW document has run its script (the old one, still answering
-        until the navigation commits, is marked so that it is never taken for the new one)."""
-        self.eval("window.__replaced = true")
-        self.send("Page.navigate", {"url": url}, page=True)
-        ready = ("window.__replaced === undefined && document.readyState === 'complete' "
-                 "&& typeof window.labelState === 'function'")
-        deadline = time.time() + HANG
-        while not self._eval_or_none(ready):
-            if time.time() > deadline:
-                raise TimeoutError(url)
-            time.sleep(0.02)  # polls the condition itself
-
-    def _eval_or_none(self, expr: str):
-        try:
-            return self.eval(expr)
-        except RuntimeError:  # the context was destroyed by the navigation between two messages
-            return None
-
-    def press(self, *keys: str) -> None:
-        for k in keys:
-            down = {"type": "keyDown", "key": k, "windowsVirtualKeyCode": KEYCODES.get(k, ord(k.upper()[0]))}
-            if len(k) == 1:
-                down["text"] = k
-            self.send("Input.dispatchKeyEvent", down, page=True)
-            self.send("Input.dispatchKeyEvent", {"type": "keyUp", "key": k}, page=True)
-
-    def problems(self) -> list:
-        """Console errors, page exceptions and network requests other than file:/data:/blob:."""
-        out = []
-        for e in self.events:
-            m, p = e.get("method"), e.get("params", {})
-            if m == "Runtime.exceptionThrown" or (m == "Runtime.consoleAPICalled" and p.get("type") == "error"):
-                out.append(p)
-            if m == "Network.requestWillBeSent" and not p["request"]["url"].startswith(("file:", "data:", "blob:")):
-                out.append(p["request"]["url"])
-        return out
-
-    def close(self) -> None:
-        try:
-            self.send("Browser.close")
-        except (RuntimeError, OSError):
-            pass
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+# --- headless Chromium (cdp.py) ------------------------------------------------------------
 
 
 @pytest.fixture
@@ -225,7 +95,7 @@ def browser(tmp_path):
 @needs_chromium
 def test_label_session_export_and_calibrate(run, tmp_path, browser):
     page = render_label_page(run, n=6, seed=0, out=tmp_path / "label.html", progress=False)
-    browser.load(page.as_uri())
+    browser.load(page.as_uri(), LABEL_READY)
     items = browser.eval("JSON.parse(document.getElementById('label-data').textContent).items")
     assert len(items) == 6 and all(len(it["questions"]) >= 3 for it in items)
     # item 1: yes, no, yes (the cursor then sits on its 4th question); → next image: unsure, no;
@@ -289,7 +159,7 @@ def test_label_session_export_and_calibrate(run, tmp_path, browser):
     # stored); if it never does, the test fails only when the browser did hand the answers to the last document
     # (the page's failure), and skips when the browser never did (the browser's).
     for _ in range(20):
-        browser.load(page.as_uri())
+        browser.load(page.as_uri(), LABEL_READY)
         restored = browser.eval("labelState()")["answers"]
         if restored == expect:
             break
@@ -305,7 +175,7 @@ def test_label_session_export_and_calibrate(run, tmp_path, browser):
 @needs_chromium
 def test_prompt_text_stays_text(run, tmp_path, browser):
     page = render_label_page(run, n=1000, seed=0, out=tmp_path / "all.html", progress=False)
-    browser.load(page.as_uri())
+    browser.load(page.as_uri(), LABEL_READY)
     items = browser.eval("JSON.parse(document.getElementById('label-data').textContent).items")
     assert len(items) == len([i for i in read_jsonl(Path(run) / "images.jsonl") if not i["flags"]])
     idx = next(i for i, it in enumerate(items) if it["prompt"] == EVIL)

@@ -26,7 +26,7 @@ def _binding_prompts(n: int = 8) -> dict:
     return {r["id"]: r for r in chosen}
 
 
-def test_success_cis_resample_prompt_groups_not_compositions():
+def test_success_rows_count_prompt_groups_not_compositions():
     prompts = _binding_prompts()
     assert len({p["composition"] for p in prompts.values()}) == 8  # a twin is another composition
     df = pd.DataFrame([{"prompt_id": pid, "sample": 0, "category": "color_binding", "split": "train",
