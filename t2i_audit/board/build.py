@@ -81,31 +81,9 @@ def _entry(out: Path, rid: str, run: readers.RunFiles, now: str, files: dict) ->
             "folder": run.root.name,
             "added_utc": now, "hashes": run.hashes, "files": files,
             "config": {k: v for k, v in run.config.items() if k != "out"},
-            "model": _model_of(run.manifest),
+            "model": settings.model_card(run.manifest),
             "suites": suites, "judges": run.judges, "calibration": run.calibration, "scorers": run.scorers,
             "images": int(len(run.results[["prompt_id", "sample"]].drop_duplicates())) if len(run.results) else 0}
-
-
-def _model_of(manifest: dict) -> dict:
-    """The model card's fields a board keeps of a run, with its variant's record where it has one (its label names
-    the files, scales and sha256: variants/labels.py)."""
-    card = manifest.get("model")
-    if not isinstance(card, dict):
-        return {"name": card}
-    # kind: a run without a pipeline (a folder of images, an endpoint) ranks like any other, its source shown; its
-    # target (a folder, a URL) is this machine's or the provider's address, never published
-    out = {k: card.get(k) for k in ("name", "repo", "revision", "pipeline", "call")}
-    if card.get("kind"):
-        out["kind"] = card["kind"]
-    adapted = card.get("adapted")
-    if not isinstance(adapted, dict):
-        return out
-    # what the label reads: the same sources and paths as run.yaml (the entry's config), each with its sha256 and
-    # scale; a Hub LoRA's local cache path ("file") is this machine's, never published
-    if isinstance(adapted.get("loras"), list):
-        adapted = {**adapted, "loras": [{k: v for k, v in x.items() if k != "file"} if isinstance(x, dict) else x
-                                        for x in adapted["loras"]]}
-    return {**out, "adapted": adapted}
 
 
 def _write_run_files(out: Path, rid: str, run: readers.RunFiles, mode: str) -> tuple[dict, pd.DataFrame]:

@@ -103,6 +103,34 @@ def settings_text(entry: dict) -> str:
     return " · ".join(f"{k} {shown(v)}" for k, v in model_settings(entry).items()) or "—"
 
 
+def model_card(manifest: dict) -> dict:
+    """The model card's fields a board (and ``compare``) keeps of a run, with its variant's record where it has one (its label names
+    the files, scales and sha256: variants/labels.py)."""
+    card = manifest.get("model")
+    if not isinstance(card, dict):
+        return {"name": card}
+    # kind: a run without a pipeline (a folder of images, an endpoint) ranks like any other, its source shown; its
+    # target (a folder, a URL) is this machine's or the provider's address, never published
+    out = {k: card.get(k) for k in ("name", "repo", "revision", "pipeline", "call")}
+    if card.get("kind"):
+        out["kind"] = card["kind"]
+    adapted = card.get("adapted")
+    if not isinstance(adapted, dict):
+        return out
+    # what the label reads: the same sources and paths as run.yaml (the entry's config), each with its sha256 and
+    # scale; a Hub LoRA's local cache path ("file") is this machine's, never published
+    if isinstance(adapted.get("loras"), list):
+        adapted = {**adapted, "loras": [{k: v for k, v in x.items() if k != "file"} if isinstance(x, dict) else x
+                                        for x in adapted["loras"]]}
+    return {**out, "adapted": adapted}
+
+
+def run_entry(run_id: str, config: dict, manifest: dict, suites: list, judges: dict) -> dict:
+    """What the rule reads of a run, as a board entry holds it: ``compare`` builds one per run folder."""
+    return {"id": run_id, "config": {k: v for k, v in config.items() if k != "out"},
+            "model": model_card(manifest), "suites": list(suites), "judges": judges}
+
+
 def subject(entry: dict) -> dict:
     cfg, model = entry.get("config") or {}, entry.get("model") or {}
     out = {"model": str(model.get("name") or cfg.get("model") or entry.get("folder")),

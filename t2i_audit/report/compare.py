@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from .. import analysis
+from ..board.settings import model_settings as settings_of
+from ..board.settings import settings_text
 from .. import deciding as rule
 from ..errors import AuditError
 from ..ownership import claim_output_dir
@@ -104,6 +106,47 @@ def _distinct(run_dirs: list) -> None:
         seen[key] = d
 
 
+def _entries(runs, labels) -> list[dict]:
+    """Each run as the one rule of board/settings.py reads it (its run.yaml or recorded generate settings, its
+    model card, suites and judges); ``config`` None where the run records no settings."""
+    from ..board import readers, settings
+
+    out = []
+    for r, lab in zip(runs, labels):
+        try:
+            config = readers.run_config(r.rd, r.manifest)
+        except AuditError:
+            config = None
+        if config is None or config.get("images_per_prompt") is None:  # protocol: from the images themselves
+            samples = r.images_df.groupby("prompt_id")["sample"].nunique() if len(r.images_df) else []
+            config = {**(config or {}), "images_per_prompt": int(max(samples, default=0))}
+            recorded = config.keys() - {"images_per_prompt"}
+        else:
+            recorded = True
+        judges = {name: dict(zip(("model", "revision", "protocol"), (x or None for x in next(iter(sd.identities)))))
+                  for name, sd in sorted(r.scorers.items()) if len(sd.identities) == 1}
+        e = settings.run_entry(lab, config, r.manifest, r.suites, judges)
+        e["recorded"] = bool(recorded)
+        out.append(e)
+    return out
+
+
+def _settings_differences(entries, runs, *, allow_different_suites: bool) -> dict:
+    """{label of each run after the first: {"protocol": [...], "settings": [...]}} against the first run (BASE),
+    by the board's rule (board/settings.py rule_differences); a run without recorded settings is named."""
+    from ..board.settings import rule_differences
+
+    out = {}
+    for e, r in zip(entries[1:], runs[1:]):
+        d = rule_differences(entries[0], e, allow_different_suites=allow_different_suites)
+        for x, rr in ((entries[0], runs[0]), (e, r)):
+            if not x["recorded"]:
+                d["settings"].insert(0, f"{rr.rd.root}: no run.yaml and no recorded generate settings, so its "
+                                        "settings are unknown")
+        out[e["id"]] = d
+    return out
+
+
 def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
             scorer: str | None = None, seed: int = 0) -> Path:
     return compare_with_summary(run_dirs, out_dir, allow_different_suites=allow_different_suites,
@@ -111,8 +154,10 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
 
 
 def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
-                         scorer: str | None = None, seed: int = 0) -> tuple[Path, dict]:
-    """:func:`compare`, returning (page, what compare.json holds)."""
+                         scorer: str | None = None, seed: int = 0,
+                         fixed_settings: bool = False) -> tuple[Path, dict]:
+    """:func:`compare`, returning (page, what compare.json holds). ``fixed_settings`` (the gate): refuse runs whose
+    protocol or model settings differ from the first run's, before anything is written."""
     if len(run_dirs) < 2:
         raise AuditError(f"compare needs at least two runs, got {len(run_dirs)}")
     run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
@@ -129,6 +174,19 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
         detail = "; ".join(f"{r.rd.root}: {', '.join(s)}" for r, s in zip(runs, suites))
         raise AuditError(f"runs are of different suites ({detail}); pass "
                          "--allow-different-suites to compare only the prompts they share")
+    entries = _entries(runs, labels)
+    setting_diffs = _settings_differences(entries, runs, allow_different_suites=allow_different_suites)
+    if fixed_settings:
+        for lab, d in setting_diffs.items():
+            if d["protocol"]:
+                raise AuditError(f"{lab} was judged or sampled under another protocol than {labels[0]}: "
+                                 f"{'; '.join(d['protocol'])}; a gate compares like with like — rescore or "
+                                 "regenerate one run under the other's protocol")
+            if d["settings"]:
+                raise AuditError(f"{lab} was made at other settings than {labels[0]}: {'; '.join(d['settings'])}; "
+                                 "a gate compares weights at fixed settings (a leaderboard, `t2i-audit board`, "
+                                 "compares models at their own) — regenerate CANDIDATE at BASE's settings, or pass "
+                                 "--allow-different-settings to gate on the difference anyway")
     keyed = [_keyed(r, by_text=different) for r in runs]
     shared_keys = sorted(set.intersection(*(set(k) for k in keyed)))
     if not shared_keys:
@@ -175,11 +233,8 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
                                             sums[b]["sum"].to_numpy(), sums[b]["count"].to_numpy(),
                                             n_boot=N_BOOT, seed=seed + t)
             t += 1
-            diffs.append({"group": kind, "value": val, "a": a, "b": b, **res})
-    adj = analysis.holm([d["p"] for d in diffs])
-    for d, pa in zip(diffs, adj):
-        d["p_holm"] = float(pa)
-        d["significant"] = bool(np.isfinite(pa) and pa < ALPHA)
+            diffs.append({"group": kind, "value": val, "a": a, "b": b, **res, "images": len(g)})
+    _holm(diffs)
 
     overall = {r["model"]: r for r in rates if r["group"] == "overall"}
     ranking = []
@@ -232,7 +287,10 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
                "deciding": deciding_out,
                "suites": suites, "different_suites": different, "shared_prompts": len(shared_keys),
                "paired_images": len(pairs), "disagreements": len(disagree),
-               "correction": "holm", "alpha": ALPHA, "n_boot": N_BOOT, "seed": seed,
+               "coverage": {"base_prompts": len(keyed[0]), "shared_prompts": len(shared_keys),
+                            "prompts": {lab: len(k) for lab, k in zip(labels, keyed)}},
+               "settings": {e["id"]: settings_of(e) for e in entries}, "settings_differences": setting_diffs,
+               "correction": "holm within each family: overall, categories, templates", "alpha": ALPHA, "n_boot": N_BOOT, "seed": seed,
                "ranking": [{k: r[k] for k in ("rank", "model", "rate", "lo", "hi", "n", "wins", "losses")} for r in ranking],
                "differences": [d for d in diffs if d["group"] == "overall"],
                "by_category": [d for d in diffs if d["group"] == "category"],
@@ -246,7 +304,11 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
     used = set(pair_df["category"])
     from .random_weights import random_weights_note
 
+    from ..board.settings import RULE
+
     ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note, "protocols": protocols,
+           "rule": RULE, "settings_differences": {k: v for k, v in setting_diffs.items() if v["settings"] or v["protocol"]},
+           "run_settings": {e["id"]: settings_text(e) for e in entries},
            "random_weights": random_weights_note([r.manifest for r in runs]),
            "deciding": rule.table({c: d for c, d in deciding.items() if c in used}),
            "verdict_sources": sorted({d["scorer"] for c, d in deciding.items() if c in used and d.get("scorer")}),
@@ -260,6 +322,16 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
     page = out / "index.html"
     atomic_write_text(page, render("compare.html.j2", ctx))  # modes follow the umask (rundir)
     return page, summary
+
+
+def _holm(diffs: list[dict]) -> None:
+    """Holm's correction within each family of the page (overall; the categories; the templates), every pair of
+    runs together: the p the page shows is the p the gate (report/gate.py) decides by."""
+    for kind in sorted({d["group"] for d in diffs}):
+        family = [d for d in diffs if d["group"] == kind]
+        for d, pa in zip(family, analysis.holm([d["p"] for d in family])):
+            d["p_holm"] = float(pa)
+            d["significant"] = bool(np.isfinite(pa) and pa < ALPHA)
 
 
 def _protocol_names(runs) -> dict:
@@ -288,14 +360,3 @@ def _rows(groups, rates, diffs, labels) -> list[dict]:
 
 def read_compare(out_dir) -> dict:
     return json.loads((Path(out_dir) / "compare.json").read_text())
-
-
-def regressions(summary: dict, max_drop: float) -> list[dict]:
-    """The categories where the second run (CANDIDATE) falls below the first (BASE) by more than ``max_drop`` with a
-    95% CI of the drop that excludes 0 (the rule `t2i-audit compare --help` states, report/cli.py GATE_RULE)."""
-    base, cand = summary["models"][:2]
-    out = []
-    for d in summary["by_category"]:
-        if (d["a"], d["b"]) == (base, cand) and np.isfinite(d["diff"]) and d["diff"] > max_drop and d["lo"] > 0:
-            out.append(d)
-    return out
