@@ -19,7 +19,7 @@ from ..cli_checks import require_input
 from ..errors import AuditError
 from ..ownership import check_claimable, claim_output_dir
 from ..rundir import RunLock, atomic_write_json, atomic_write_text
-from . import card, ranks, readers, settings, store, tables
+from . import card, judgecheck, ranks, readers, settings, store, tables
 from .page import render_page
 from .snapshot import category_frame, comparison_frame, run_frame
 
@@ -146,12 +146,16 @@ def compute(index: dict, images: dict, *, seed: int) -> dict:
         for c in comps:
             c["group"] = g.name
         comparisons += comps
+        checks = judgecheck.judge_checks(g.entries, {c: dec.get(c) for c in cats}, labels, cards)
         study_of = {r: st["name"] for st in g.studies for r in st["runs"]}
         rows = []
         for r in ids:
             mine = {x["category"]: x for x in rate_rows if x["run_id"] == r}
             for cat, x in mine.items():
                 x["judge"] = (dec.get(cat) or {}).get("scorer") if cat != ranks.OVERALL else None
+                check = checks.get(str(cat))
+                x["judge_checked"] = None if check is None else r not in check["unchecked"]
+                x["judge_measured_on"] = None if check is None else check["measured_on"]
             e = next(e for e in g.entries if e["id"] == r)
             rows.append({"run_id": r, "label": labels[r], "model": settings.subject(e)["model"], "entry": e,
                          "settings": settings.settings_text(e), "study": study_of.get(r),
@@ -165,6 +169,7 @@ def compute(index: dict, images: dict, *, seed: int) -> dict:
                            "apart": settings.differences(g, found[0]) if gi else [], "runs": ids, "rows": rows,
                            "categories": cats, "shared": len(shared), "by_text": by_text, "deciding": dec,
                            "studies": [{**st, "labels": [labels[r] for r in st["runs"]]} for st in g.studies],
+                           "judge_checks": checks,
                            "verdicts": v, "disagreements": dis})
     ranks.holm(comparisons)
     return {"groups": out_groups, "labels": labels, "comparisons": comparisons}

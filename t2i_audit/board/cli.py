@@ -30,6 +30,10 @@ def _printed(result, *, quiet: bool) -> list[str]:
             rate = "no verdicts" if not o["n"] else f"{o['rate']:.1%} [{o['lo']:.1%}, {o['hi']:.1%}] of {o['n']} images"
             study = f" [settings study {r['study']}]" if r.get("study") else ""
             lines.append(f"  rank {rank:<9} {labels[r['run_id']]}: {rate} — {r['settings']}{study}")
+        for cat, j in (g.get("judge_checks") or {}).items():
+            if j["unchecked"]:
+                lines.append(f"  judge {j['scorer']} on {cat}: measured on {j['measured_on']}; never checked on "
+                             f"{', '.join(labels[r] for r in j['unchecked'])}")
         for st in g.get("studies") or []:
             lines.append(f"  settings study {st['name']}: {st['model']} at {len(st['runs'])} settings "
                          f"(varied: {', '.join(st['varies'])}): {'; '.join(st['labels'])}")

@@ -143,6 +143,8 @@ def render_page(out: Path, index: dict, numbers: dict, changed: dict, *, progres
                        "categories": g["categories"], "types": types, "rows": rows,
                        "chart": rank_chart(rows, g["categories"]) if g["shared"] else "",
                        "studies": g.get("studies") or [],
+                       "judge_checks": [{"category": c, **x, "unchecked": [numbers["labels"][r] for r in x["unchecked"]]}
+                                        for c, x in (g.get("judge_checks") or {}).items()],
                        "shared": g["shared"], "by_text": g["by_text"], "n_runs": len(g["rows"]),
                        "deciding": rule.table({c: d for c, d in g["deciding"].items() if c in g["categories"]}),
                        "comparisons": _comparisons(g, numbers)})

@@ -65,7 +65,9 @@ def category_frame(numbers: dict) -> pd.DataFrame:
                                                       "failed", "failures", "units")},
                              "judge": judge, "judge_model": ident.get("model"),
                              "judge_revision": ident.get("revision"), "protocol": ident.get("protocol"),
-                             "decided_source": d.get("source"), "why": d.get("why"), "shared_prompts": g["shared"]})
+                             "decided_source": d.get("source"), "why": d.get("why"),
+                             "judge_measured_on": c.get("judge_measured_on"), "judge_checked": c.get("judge_checked"),
+                             "shared_prompts": g["shared"]})
     return pd.DataFrame(rows, columns=[f.name for f in tables.SCHEMAS["categories"]])
 
 
