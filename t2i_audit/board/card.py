@@ -96,7 +96,7 @@ def dataset_card(index: dict, numbers: dict) -> str:
             lines.append(f"| {rank} | {_md(r['label'])}{study} | {_md(r.get('settings') or '—')} | {rate} | {o['n']} |")
         lines.append("")
         for st in g.get("studies") or []:
-            lines += [f"Settings study {st['name']}: {_md(st['model'])} at {len(st['runs'])} settings "
+            lines += [f"Settings study {st['name']}: {_md(st['model'])} at {st['n_settings']} settings "
                       f"(varied: {', '.join(st['varies'])}): {_md('; '.join(st['labels']))}.", ""]
     where = ("`eval_results/<model>/.eval_results/*.yaml` holds" if index.get("repo") else
              "Once the board has a Hub repo (`t2i-audit board --out BOARD --push-to-hub REPO`, with `--dry-run` to "

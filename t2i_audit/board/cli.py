@@ -35,7 +35,7 @@ def _printed(result, *, quiet: bool) -> list[str]:
                 lines.append(f"  judge {j['scorer']} on {cat}: measured on {j['measured_on']}; never checked on "
                              f"{', '.join(labels[r] for r in j['unchecked'])}")
         for st in g.get("studies") or []:
-            lines.append(f"  settings study {st['name']}: {st['model']} at {len(st['runs'])} settings "
+            lines.append(f"  settings study {st['name']}: {st['model']} at {st['n_settings']} settings "
                          f"(varied: {', '.join(st['varies'])}): {'; '.join(st['labels'])}")
     lines.append(f"snapshot {result.snapshot}{' (new)' if result.new_snapshot else ''}; page: {result.page}")
     return lines if not quiet else [lines[-1]]

@@ -235,7 +235,8 @@ def _subject_key(entry: dict) -> str:
 
 def studies(entries: list[dict]) -> list[dict]:
     """The same subject (model, revision, variant) at several model settings: ``{"model", "runs": [ids],
-    "varies": [setting names]}`` per subject, in board order. Each run stays ranked; the study is flagged."""
+    "varies": [setting names], "n_settings"}`` per subject, in board order (its runs at equal settings, e.g. on
+    other prompts, belong to it too). Each run stays ranked; the study is flagged."""
     by_subject: dict = {}
     for e in entries:
         by_subject.setdefault(_subject_key(e), []).append(e)
@@ -245,7 +246,8 @@ def studies(entries: list[dict]) -> list[dict]:
         keys = list(_ordered({k: None for m in made for k in m}))
         varies = [k for k in keys if len({json.dumps(m.get(k), sort_keys=True) for m in made}) > 1]
         if len(members) > 1 and varies:
-            out.append({"model": subject(members[0])["model"], "runs": [e["id"] for e in members], "varies": varies})
+            out.append({"model": subject(members[0])["model"], "runs": [e["id"] for e in members], "varies": varies,
+                        "n_settings": len({json.dumps(m, sort_keys=True) for m in made})})
     for i, st in enumerate(out, 1):
         st["name"] = f"S{i}"
     return out
