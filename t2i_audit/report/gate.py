@@ -28,8 +28,9 @@ GATE_RULE = (f"exit 1 when, in some category, CANDIDATE's success is lower than 
              "shows it (paired bootstrap over prompt groups, Holm-corrected over the categories, p < 0.05). Exit "
              f"{EXIT_INCONCLUSIVE} (inconclusive) when no category fails but the evidence is thin: a category with "
              f"fewer than {MIN_UNITS} paired prompt groups, or CANDIDATE missing some of BASE's prompts. Exit 0 "
-             "otherwise. BASE and CANDIDATE must share their model settings (steps, guidance, size, scheduler, "
-             "dtype, …) unless --allow-different-settings; a table of the numbers per category is printed")
+             "otherwise. Exit 2 (refused, nothing compared) on bad input or when BASE and CANDIDATE differ in "
+             "their model settings (steps, guidance, size, scheduler, dtype, …) or protocol, unless "
+             "--allow-different-settings (settings only). A table of the numbers per category is printed")
 
 
 def _finite(v) -> bool:

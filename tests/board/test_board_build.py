@@ -302,3 +302,36 @@ def test_a_moved_run_is_recognised_by_its_files(own_runs, tmp_path, monkeypatch,
     assert [e["id"] for e in index["runs"]] == ["good", "bad"]
     assert index["runs"][1]["path"] == "../elsewhere"  # kept relative to the board: they move together
     assert len(index["snapshots"]) == 1  # nothing new was read
+
+
+def test_board_groups_and_compares_differences_are_one_rule():
+    """Over every pair of a set of entries that differ in one thing each: the board ranks two runs together exactly
+    when `compare` (rule_differences) finds no protocol difference — and, with --strict-settings, no difference at
+    all. Settings never split the leaderboard; the protocol always does."""
+    from itertools import combinations
+
+    from t2i_audit.board.settings import groups, rule_differences
+
+    judge = {"clip-foil": {"model": "c", "revision": "0", "protocol": "t2i-audit"}}
+    base = {"config": {**SETTINGS, "images_per_prompt": 2}, "model": {"name": "m"}, "suites": ["colors@1"],
+            "judges": judge}
+    variants = {"base": base,
+                "steps": {**base, "config": {**base["config"], "steps": 2}},
+                "guidance": {**base, "config": {**base["config"], "guidance": 3}},
+                "source": {**base, "model": {"name": "m2", "kind": "folder"}},
+                "lora": {**base, "config": {**base["config"], "loras": [{"path": "x.safetensors", "scale": 1}]}},
+                "n3": {**base, "config": {**base["config"], "images_per_prompt": 3}},
+                "suite": {**base, "suites": ["spatial@1"]},
+                "judge": {**base, "judges": {"clip-foil": {**judge["clip-foil"], "revision": "1"}}},
+                "seed": {**base, "config": {**base["config"], "seed": 5, "device": "cuda"}}}
+    entries = [{**e, "id": k} for k, e in variants.items()]
+    for strict in (False, True):
+        group_of = {e["id"]: g.name for g in groups(entries, strict_settings=strict) for e in g.entries}
+        for a, b in combinations(entries, 2):
+            d = rule_differences(a, b)
+            apart = bool(d["protocol"] or (strict and d["settings"]))
+            assert (group_of[a["id"]] != group_of[b["id"]]) == apart, (strict, a["id"], b["id"], d)
+    loose = {e["id"]: g.name for g in groups(entries) for e in g.entries}
+    assert len({loose[k] for k in ("base", "steps", "guidance", "source", "lora", "seed")}) == 1
+    assert len({loose[k] for k in ("base", "n3", "suite", "judge")}) == 4
+    assert rule_differences(variants["base"], variants["steps"])["settings"] == ["steps 2 (was 20)"]
