@@ -17,7 +17,7 @@ from ..report.charts import rate_colour
 ROW = 22          # px per model
 LABEL_W = 230     # px for the model names
 PANEL_W = 150     # px per column
-GAP = 14
+GAP = 30          # px between panels: room for the axis labels of both
 TOP = 34          # panel titles and the axis labels
 
 
@@ -41,10 +41,11 @@ def rank_chart(rows: list[dict], categories: list[str]) -> Markup:
         x0 = LABEL_W + j * (PANEL_W + GAP)
         out.append(f'<text x="{x0 + PANEL_W / 2:.0f}" y="12" text-anchor="middle" font-size="12" font-weight="600">'
                    f'{escape(_short(str(col), 22))}</text>')
-        for tick in (0.0, 0.5, 1.0):
+        for tick, anchor in ((0.0, "start"), (0.5, "middle"), (1.0, "end")):
             x = x0 + tick * PANEL_W
             out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 8}" y2="{height - 4}" stroke="#ddd"/>'
-                       f'<text x="{x:.1f}" y="{TOP - 11}" text-anchor="middle" font-size="10" fill="#888">{int(tick * 100)}%</text>')
+                       f'<text x="{x:.1f}" y="{TOP - 11}" text-anchor="{anchor}" font-size="10" fill="#888">'
+                       f'{int(tick * 100)}%</text>')
     for i, r in enumerate(rows):
         y = TOP + ROW * i + ROW / 2
         name = r["label"] + (f" · study {r['study']}" if r.get("study") else "")

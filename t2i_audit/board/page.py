@@ -47,6 +47,7 @@ def _group_rows(g: dict, out: Path, types: list[str]) -> list[dict]:
         counts = {f["type"]: f["images"] for f in o["failures"]}
         rows.append({"run_id": r["run_id"], "label": r["label"], "folder": e.get("folder"),
                      "settings": r.get("settings"), "study": r.get("study"),
+                     "unchecked": [c for c in g["categories"] if r["categories"][c].get("judge_checked") is False],
                      "href": _rel(report, out) if report.is_file() else None,
                      "overall": _cell(o), "cats": [_cell(r["categories"][c]) for c in g["categories"]],
                      "fails": [{"type": t, "n": counts.get(t, 0),

@@ -37,7 +37,8 @@ def test_a_model_the_judge_was_never_checked_on_is_marked(tmp_path, monkeypatch,
         in stdout
     assert "judge mini-pixel on counting" not in stdout  # checked on every model there
     html = (out / "index.html").read_text()
-    n_unchecked = int((cats.xs("other")["judge_checked"] == False).sum())  # noqa: E712 (a column of bools and None)
-    assert html.count('data-unchecked="other"') == n_unchecked > 0
+    unchecked = sorted(c for c, v in cats.xs("other")["judge_checked"].items() if v is False)
+    assert unchecked and "counting" not in unchecked
+    assert f'data-unchecked="other"' in html and f"judge unchecked: {', '.join(unchecked)}</span>" in html
     assert 'data-unchecked="mini"' not in html
     assert "color_binding — mini-pixel: measured on its card: images of mini; " in html
