@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         if differ.get("settings") or differ.get("protocol"):  # only with --allow-different-settings
             typer.echo(f"settings: {cand} differs from {summary['models'][0]}: "
                        f"{'; '.join(differ['protocol'] + differ['settings'])} (--allow-different-settings)")
-        result = gate.decide(summary, fail_on_drop)
+        result = gate.gate_verdict(summary, fail_on_drop)
         for line in gate.table(result):
             typer.echo(line)
         for note in result["notes"]:

@@ -37,7 +37,7 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def decide(summary: dict, max_drop: float) -> dict:
+def gate_verdict(summary: dict, max_drop: float) -> dict:
     """``{"verdict": ok|fail|inconclusive, "exit": code, "rows": [...], "notes": [...]}`` from compare.json's
     summary (BASE the first run, CANDIDATE the second)."""
     base, cand = summary["models"][:2]
