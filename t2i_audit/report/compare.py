@@ -288,6 +288,7 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
                "suites": suites, "different_suites": different, "shared_prompts": len(shared_keys),
                "paired_images": len(pairs), "disagreements": len(disagree),
                "coverage": {"base_prompts": len(keyed[0]), "shared_prompts": len(shared_keys),
+                            "base_categories": sorted({str(v["prompt"].get("category")) for v in keyed[0].values()}),
                             "prompts": {lab: len(k) for lab, k in zip(labels, keyed)}},
                "settings": {e["id"]: settings_of(e) for e in entries}, "settings_differences": setting_diffs,
                "correction": "holm within each family: overall, categories, templates", "alpha": ALPHA, "n_boot": N_BOOT, "seed": seed,

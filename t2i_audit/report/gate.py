@@ -58,8 +58,13 @@ def gate_verdict(summary: dict, max_drop: float) -> dict:
         rows.append({"category": str(d["value"]), "base": (r.get(base) or {}).get("rate"),
                      "candidate": (r.get(cand) or {}).get("rate"), "drop": drop, "lo": d.get("lo"),
                      "hi": d.get("hi"), "p_holm": p, "units": units, "images": d.get("images"), "verdict": verdict})
-    notes = []
     cov = summary.get("coverage") or {}
+    seen = {r["category"] for r in rows}
+    for cat in cov.get("base_categories") or []:  # no image of it with a verdict in both runs (all flagged …)
+        if cat not in seen:
+            rows.append({"category": cat, "base": None, "candidate": None, "drop": None, "lo": None, "hi": None,
+                         "p_holm": None, "units": 0, "images": 0, "verdict": "inconclusive"})
+    notes = []
     missing = cov.get("base_prompts", 0) - cov.get("shared_prompts", 0)
     if missing > 0:
         notes.append(f"CANDIDATE covers {cov['shared_prompts']} of BASE's {cov['base_prompts']} prompts "

@@ -135,6 +135,20 @@ def test_thin_evidence_is_inconclusive_not_ok(tmp_path, monkeypatch, capsys):
     assert "gate: ok" not in out
 
 
+def test_a_category_without_paired_verdicts_is_inconclusive(runs, tmp_path, monkeypatch, capsys):
+    """Every counting image of CANDIDATE flagged (black, say): no verdict to pair there, so the gate cannot speak
+    of counting — a row with 0 groups, inconclusive, not a silent "ok" over the other categories."""
+    cand = _run(tmp_path / "flagged")
+    counting = {p["id"] for p in PROMPTS if p["category"] == "counting"}
+    path = RunDir(cand).images
+    atomic_write_jsonl(path, [{**r, "flags": ["black"]} if r["prompt_id"] in counting else r for r in read_jsonl(path)])
+    code, out, err = _gate([runs["base"], cand, "--out", tmp_path / "o", "--fail-on-drop", "0.05"], monkeypatch, capsys)
+    assert code == 3, out + err
+    rows = _rows(out)
+    assert rows["counting"]["verdict"] == "inconclusive" and rows["counting"]["groups"] == "0"
+    assert rows["spatial"]["verdict"] == "ok" and "fewer than 10 paired prompt groups in counting" in err
+
+
 def test_other_settings_are_refused_unless_allowed(runs, tmp_path, monkeypatch, capsys):
     code, out, err = _gate([runs["base"], runs["steps"], "--out", tmp_path / "o", "--fail-on-drop", "0.05"],
                            monkeypatch, capsys)
