@@ -23,6 +23,7 @@ import pandas as pd
 from .. import analysis
 from ..board.settings import model_settings as settings_of
 from ..board.settings import settings_text
+from . import run_rule
 from .. import deciding as rule
 from ..errors import AuditError
 from ..ownership import claim_output_dir
@@ -106,47 +107,6 @@ def _distinct(run_dirs: list) -> None:
         seen[key] = d
 
 
-def _entries(runs, labels) -> list[dict]:
-    """Each run as the one rule of board/settings.py reads it (its run.yaml or recorded generate settings, its
-    model card, suites and judges); ``config`` None where the run records no settings."""
-    from ..board import readers, settings
-
-    out = []
-    for r, lab in zip(runs, labels):
-        try:
-            config = readers.run_config(r.rd, r.manifest)
-        except AuditError:
-            config = None
-        if config is None or config.get("images_per_prompt") is None:  # protocol: from the images themselves
-            samples = r.images_df.groupby("prompt_id")["sample"].nunique() if len(r.images_df) else []
-            config = {**(config or {}), "images_per_prompt": int(max(samples, default=0))}
-            recorded = config.keys() - {"images_per_prompt"}
-        else:
-            recorded = True
-        judges = {name: dict(zip(("model", "revision", "protocol"), (x or None for x in next(iter(sd.identities)))))
-                  for name, sd in sorted(r.scorers.items()) if len(sd.identities) == 1}
-        e = settings.run_entry(lab, config, r.manifest, r.suites, judges)
-        e["recorded"] = bool(recorded)
-        out.append(e)
-    return out
-
-
-def _settings_differences(entries, runs, *, allow_different_suites: bool) -> dict:
-    """{label of each run after the first: {"protocol": [...], "settings": [...]}} against the first run (BASE),
-    by the board's rule (board/settings.py rule_differences); a run without recorded settings is named."""
-    from ..board.settings import rule_differences
-
-    out = {}
-    for e, r in zip(entries[1:], runs[1:]):
-        d = rule_differences(entries[0], e, allow_different_suites=allow_different_suites)
-        for x, rr in ((entries[0], runs[0]), (e, r)):
-            if not x["recorded"]:
-                d["settings"].insert(0, f"{rr.rd.root}: no run.yaml and no recorded generate settings, so its "
-                                        "settings are unknown")
-        out[e["id"]] = d
-    return out
-
-
 def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
             scorer: str | None = None, seed: int = 0) -> Path:
     return compare_with_summary(run_dirs, out_dir, allow_different_suites=allow_different_suites,
@@ -174,19 +134,10 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
         detail = "; ".join(f"{r.rd.root}: {', '.join(s)}" for r, s in zip(runs, suites))
         raise AuditError(f"runs are of different suites ({detail}); pass "
                          "--allow-different-suites to compare only the prompts they share")
-    entries = _entries(runs, labels)
-    setting_diffs = _settings_differences(entries, runs, allow_different_suites=allow_different_suites)
+    entries = run_rule.entries(runs, labels)
+    setting_diffs = run_rule.differences(entries, runs, allow_different_suites=allow_different_suites)
     if fixed_settings:
-        for lab, d in setting_diffs.items():
-            if d["protocol"]:
-                raise AuditError(f"{lab} was judged or sampled under another protocol than {labels[0]}: "
-                                 f"{'; '.join(d['protocol'])}; a gate compares like with like — rescore or "
-                                 "regenerate one run under the other's protocol")
-            if d["settings"]:
-                raise AuditError(f"{lab} was made at other settings than {labels[0]}: {'; '.join(d['settings'])}; "
-                                 "a gate compares weights at fixed settings (a leaderboard, `t2i-audit board`, "
-                                 "compares models at their own) — regenerate CANDIDATE at BASE's settings, or pass "
-                                 "--allow-different-settings to gate on the difference anyway")
+        run_rule.refuse_other_settings(setting_diffs, labels[0])
     keyed = [_keyed(r, by_text=different) for r in runs]
     shared_keys = sorted(set.intersection(*(set(k) for k in keyed)))
     if not shared_keys:
