@@ -197,3 +197,11 @@ def test_gate_options_are_checked_before_anything_is_read(runs, tmp_path, monkey
                          monkeypatch, capsys)
     assert code == 2 and "--allow-different-settings is an option of the gate: give --fail-on-drop D" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_damaged_run_yaml_is_named_not_read_as_unknown_settings(runs, tmp_path, monkeypatch, capsys):
+    bad = Path(shutil.copytree(runs["same"], tmp_path / "bad"))
+    (bad / "run.yaml").write_text("- not\n- a mapping\n")
+    code, _, err = _gate([runs["base"], bad, "--out", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 2 and f"{bad / 'run.yaml'}: expected a mapping of run settings" in err
+    assert not (tmp_path / "o").exists()
