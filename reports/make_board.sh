@@ -2,7 +2,7 @@
 # Regenerate the published example board (CPU, no download; about 6 minutes on 2 quiet cores): mini-world runs
 # ranked together — the shipped mini generator on 40 and on 60 prompts, and an early checkpoint of a mini
 # generator (3 training steps, made here) on the same 40 prompts and seeds — plus the shipped generator at
-# guidance 3, which the board sets apart instead of ranking it with the others.
+# guidance 3, ranked with the others at its own settings and flagged as a settings study of the mini generator.
 # The runs stay in reports/board-runs/ (only their report/ folders are committed: the board links to them).
 set -euo pipefail
 cd "$(dirname "$0")/.."

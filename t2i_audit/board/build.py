@@ -20,7 +20,7 @@ from ..errors import AuditError
 from ..ownership import check_claimable, claim_output_dir
 from ..rundir import RunLock, atomic_write_json, atomic_write_text
 from ..shareable import shareable
-from . import card, ranks, readers, settings, store, tables
+from . import card, judgecheck, ranks, readers, settings, store, tables
 from .page import render_page
 from .snapshot import category_frame, comparison_frame, run_frame
 
@@ -46,15 +46,18 @@ def _log(progress: bool, msg: str) -> None:
         print(f"[board] {msg}", file=sys.stderr, flush=True)
 
 
-def _options(index: dict | None, out: Path, *, images, allow_different_suites, title, seed) -> dict:
+def _options(index: dict | None, out: Path, *, images, allow_different_suites, strict_settings, title, seed) -> dict:
     if index is None:
         return store.new_index(title=title or out.resolve().name, images=images or "none",
-                               allow_different_suites=bool(allow_different_suites), seed=0 if seed is None else seed)
+                               allow_different_suites=bool(allow_different_suites),
+                               strict_settings=bool(strict_settings), seed=0 if seed is None else seed)
     if images is not None and images != index["images"]:
         raise AuditError(f"--images {images}: the board {out} holds images as {index['images']!r} (chosen when it "
                          "was made, so every run's files have one layout); omit --images or use another --out")
     if allow_different_suites:
         index["allow_different_suites"] = True
+    if strict_settings:  # kept once chosen, as --allow-different-suites: the board's groups are its identity
+        index["strict_settings"] = True
     if title:
         index["title"] = title
     if seed is not None:
@@ -79,27 +82,9 @@ def _entry(out: Path, rid: str, run: readers.RunFiles, now: str, files: dict) ->
             "folder": run.root.name,
             "added_utc": now, "hashes": run.hashes, "files": files,
             "config": shareable({k: v for k, v in run.config.items() if k != "out"}, out),  # published: no local path
-            "model": _model_of(run.manifest),
+            "model": settings.model_card(run.manifest),
             "suites": suites, "judges": run.judges, "calibration": run.calibration, "scorers": run.scorers,
             "images": int(len(run.results[["prompt_id", "sample"]].drop_duplicates())) if len(run.results) else 0}
-
-
-def _model_of(manifest: dict) -> dict:
-    """The model card's fields a board keeps of a run, with its variant's record where it has one (its label names
-    the files, scales and sha256: variants/labels.py)."""
-    card = manifest.get("model")
-    if not isinstance(card, dict):
-        return {"name": card}
-    out = {k: card.get(k) for k in ("name", "repo", "revision", "pipeline", "call")}
-    adapted = card.get("adapted")
-    if not isinstance(adapted, dict):
-        return out
-    # what the label reads: the same sources and paths as run.yaml (the entry's config), each with its sha256 and
-    # scale; a Hub LoRA's local cache path ("file") is this machine's, never published
-    if isinstance(adapted.get("loras"), list):
-        adapted = {**adapted, "loras": [{k: v for k, v in x.items() if k != "file"} if isinstance(x, dict) else x
-                                        for x in adapted["loras"]]}
-    return {**out, "adapted": adapted}
 
 
 def _write_run_files(out: Path, rid: str, run: readers.RunFiles, mode: str) -> tuple[dict, pd.DataFrame]:
@@ -136,7 +121,8 @@ def compute(index: dict, images: dict, *, seed: int) -> dict:
     """Groups, deciding judges, rates, rank intervals, comparisons (Holm over all) and disagreements."""
     entries = index["runs"]
     labels = dict(zip((e["id"] for e in entries), settings.labels(entries)))
-    found = settings.groups(entries, allow_different_suites=index["allow_different_suites"])
+    found = settings.groups(entries, allow_different_suites=index["allow_different_suites"],
+                            strict_settings=index.get("strict_settings", False))
     out_groups, comparisons = [], []
     budget = THUMBS_MAX
     from ..scorers.registry import load_cards
@@ -161,13 +147,19 @@ def compute(index: dict, images: dict, *, seed: int) -> dict:
         for c in comps:
             c["group"] = g.name
         comparisons += comps
+        checks = judgecheck.judge_checks(g.entries, {c: dec.get(c) for c in cats}, labels, cards)
+        study_of = {r: st["name"] for st in g.studies for r in st["runs"]}
         rows = []
         for r in ids:
             mine = {x["category"]: x for x in rate_rows if x["run_id"] == r}
             for cat, x in mine.items():
                 x["judge"] = (dec.get(cat) or {}).get("scorer") if cat != ranks.OVERALL else None
+                check = checks.get(str(cat))
+                x["judge_checked"] = None if check is None else r not in check["unchecked"]
+                x["judge_measured_on"] = None if check is None else check["measured_on"]
             e = next(e for e in g.entries if e["id"] == r)
             rows.append({"run_id": r, "label": labels[r], "model": settings.subject(e)["model"], "entry": e,
+                         "settings": settings.settings_text(e), "study": study_of.get(r),
                          "overall": mine.get(ranks.OVERALL) or _empty(),
                          "categories": {c: mine.get(c) or _empty() for c in cats}})
         limit = budget // max(1, len(found) - gi) // len(ids)
@@ -177,6 +169,8 @@ def compute(index: dict, images: dict, *, seed: int) -> dict:
                            "conditions_text": card.conditions_text(g.conditions),
                            "apart": settings.differences(g, found[0]) if gi else [], "runs": ids, "rows": rows,
                            "categories": cats, "shared": len(shared), "by_text": by_text, "deciding": dec,
+                           "studies": [{**st, "labels": [labels[r] for r in st["runs"]]} for st in g.studies],
+                           "judge_checks": checks,
                            "verdicts": v, "disagreements": dis})
     ranks.holm(comparisons)
     return {"groups": out_groups, "labels": labels, "comparisons": comparisons}
@@ -213,9 +207,9 @@ def _gather(out: Path, given, index: dict, refresh: bool) -> tuple[list, list, d
     return todo, already, changed
 
 
-def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: bool = False, images: str | None = None,
-                title: str | None = None, seed: int | None = None, progress: bool = False,
-                repo: str | None = None) -> BoardResult:
+def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: bool = False,
+                strict_settings: bool = False, images: str | None = None, title: str | None = None,
+                seed: int | None = None, progress: bool = False, repo: str | None = None) -> BoardResult:
     """Add ``runs`` to the board in ``out`` (made when new) and render it; ``repo``: the Hub dataset it is pushed
     to (named in the card and the eval results)."""
     t0 = time.perf_counter()
@@ -227,9 +221,10 @@ def build_board(out, runs=(), *, refresh: bool = False, allow_different_suites: 
     index = store.validate(readers.read_index(index_path), index_path) if index_path.is_file() else None
     if index is None and not runs:
         raise AuditError(f"--out {out}: a new board needs at least one run (t2i-audit board RUN ... --out {out})")
-    before = index and (index["seed"], index["allow_different_suites"])
-    index = _options(index, out, images=images, allow_different_suites=allow_different_suites, title=title, seed=seed)
-    regroup = before != (index["seed"], index["allow_different_suites"])  # other numbers: a new snapshot
+    before = index and (index["seed"], index["allow_different_suites"], index["strict_settings"])
+    index = _options(index, out, images=images, allow_different_suites=allow_different_suites,
+                     strict_settings=strict_settings, title=title, seed=seed)
+    regroup = before != (index["seed"], index["allow_different_suites"], index["strict_settings"])  # other numbers: a new snapshot
     if repo:
         index["repo"] = repo
     _check_board_files(out, index)

@@ -15,10 +15,11 @@ import re
 
 import yaml
 
-from .settings import shown
+from .settings import RULE, shown
 
 TABLES = {
-    "runs": "one row per run: its model, variant and every setting that changes scores, its group, its overall "
+    "runs": "one row per run: its model, variant and every setting that changes scores (`settings`: the model's "
+            "own, ranked with it), its group, the settings study it belongs to (`settings_study`), its overall "
             "success and rank interval, whether its files changed since it was added",
     "categories": "one row per run × category (and `overall`): success with a 95% Wilson CI on the prompts its "
                   "group shares, rank and rank interval, failure counts by type, the deciding judge and why",
@@ -80,21 +81,25 @@ def dataset_card(index: dict, numbers: dict) -> str:
     elif index.get("images") == "embed":
         lines.append("- The `images` table embeds each image (column `image`).")
     lines += ["", f"## Ranked groups (snapshot {latest})", "",
-              "Runs are ranked together only when every setting that changes scores is equal (steps, guidance, "
-              "size, dtype, pipeline-call arguments, suite, judge and its revision and protocol); other runs form "
+              RULE + (" (With `--strict-settings`, as this board was made, differing model settings set runs apart "
+                      "as well.)" if index.get("strict_settings") else "") + " Runs whose protocol differs form "
               "their own group, with the difference named. Success is on the prompts all runs of a group share; "
               "rank intervals come from a bootstrap over prompt groups (prompts showing one scene, with swap twins).", ""]
     for g in numbers["groups"]:
         lines += [f"### {g['name']}: {_md(g['conditions_text'])}", ""]
         if g.get("apart"):
             lines += [f"Set apart from {numbers['groups'][0]['name']}: {_md('; '.join(g['apart']))}.", ""]
-        lines += ["| rank [95% interval] | run | success [95% CI] | images |", "|---|---|---|---|"]
+        lines += ["| rank [95% interval] | run | settings | success [95% CI] | images |", "|---|---|---|---|---|"]
         for r in sorted(g["rows"], key=lambda r: (r["overall"]["rank"] is None, r["overall"]["rank"] or 0)):
             o = r["overall"]
             rank = "—" if o["rank"] is None else f"{o['rank']} [{o['rank_lo']}–{o['rank_hi']}]"
             rate = "—" if o["n"] == 0 else rate_text(o["rate"], o["lo"], o["hi"])
-            lines.append(f"| {rank} | {_md(r['label'])} | {rate} | {o['n']} |")
+            study = f" (settings study {r['study']})" if r.get("study") else ""
+            lines.append(f"| {rank} | {_md(r['label'])}{study} | {_md(r.get('settings') or '—')} | {rate} | {o['n']} |")
         lines.append("")
+        for st in g.get("studies") or []:
+            lines += [f"Settings study {st['name']}: {_md(st['model'])} at {st['n_settings']} settings "
+                      f"(varied: {', '.join(st['varies'])}): {_md('; '.join(st['labels']))}.", ""]
     where = ("`eval_results/<model>/.eval_results/*.yaml` holds" if index.get("repo") else
              "Once the board has a Hub repo (`t2i-audit board --out BOARD --push-to-hub REPO`, with `--dry-run` to "
              "prepare it without sending), `eval_results/<model>/.eval_results/*.yaml` holds")
@@ -127,6 +132,7 @@ def eval_results(index: dict, numbers: dict, date: str) -> dict:
                     continue
                 notes = (f"success % of {c['n']} images (95% CI {ci_text(c['lo'], c['hi'])}) on the "
                          f"{g['shared']} prompts of board group {g['name']}; {g['conditions_text']}; "
+                         f"model settings {r.get('settings') or '—'}; "
                          f"judge {c.get('judge') or '—'}; run {r['run_id']}")
                 entries.append({"dataset": {"id": repo, "task_id": str(cat)}, "value": round(100 * c["rate"], 2),
                                 "date": date, "source": {"url": f"https://huggingface.co/datasets/{repo}",

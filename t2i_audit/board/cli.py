@@ -30,18 +30,35 @@ def _printed(result, *, quiet: bool) -> list[str]:
             o = r["overall"]
             rank = "-" if o["rank"] is None else f"{o['rank']} [{o['rank_lo']}-{o['rank_hi']}]"
             rate = "no verdicts" if not o["n"] else f"{rate_text(o['rate'], o['lo'], o['hi'])} of {o['n']} images"
-            lines.append(f"  rank {rank:<9} {labels[r['run_id']]}: {rate}")
+            study = f" [settings study {r['study']}]" if r.get("study") else ""
+            lines.append(f"  rank {rank:<9} {labels[r['run_id']]}: {rate} — {r['settings']}{study}")
+        for cat, j in (g.get("judge_checks") or {}).items():
+            if j["unchecked"]:
+                lines.append(f"  judge {j['scorer']} on {cat}: measured on {j['measured_on']}; never checked on "
+                             f"{', '.join(labels[r] for r in j['unchecked'])}")
+        for st in g.get("studies") or []:
+            lines.append(f"  settings study {st['name']}: {st['model']} at {st['n_settings']} settings "
+                         f"(varied: {', '.join(st['varies'])}): {'; '.join(st['labels'])}")
     lines.append(f"snapshot {result.snapshot}{' (new)' if result.new_snapshot else ''}; page: {result.page}")
     return lines if not quiet else [lines[-1]]
 
 
+def board_help() -> str:
+    from .settings import RULE
+
+    return ("Rank runs on one board (per-category success with CIs, rank intervals, paired tests with Holm), kept as "
+            "a Hugging Face dataset folder with a self-contained page. " + RULE + " Runs whose protocol differs form "
+            "separate groups, the difference named. Adding a run writes only that run's files.")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("board")
+    @app.command("board", help=board_help())
     def board_cmd(
         runs: Optional[List[Path]] = typer.Argument(None, metavar="RUN", help="Run folders to add (each generated, scored and reported)."),
         out: Path = typer.Option(..., "--out", "-o", help="The board folder: made new, or extended when it is a board already."),
         refresh: bool = typer.Option(False, "--refresh", help="Read again the runs whose files changed since they were added (all of them, or the RUNs given); otherwise they are named and kept as read."),
         allow_different_suites: bool = typer.Option(False, "--allow-different-suites", help="Rank runs of different suites together, on the prompts they share (matched by template and text); otherwise the suite sets runs apart."),
+        strict_settings: bool = typer.Option(False, "--strict-settings", help="For ablations: runs whose model settings differ (steps, guidance, size, scheduler, …) are also set apart, each setting its own group; kept once the board is made so."),
         images: Optional[str] = typer.Option(None, "--images", help="none (default) | embed (image bytes in the images table) | folder (ImageFolder layout under images/, for datasets' imagefolder); fixed when the board is made."),
         title: Optional[str] = typer.Option(None, "--title", help="The board's title (default: the folder's name)."),
         seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the bootstraps (default 0)."),
@@ -50,10 +67,7 @@ def register(app: typer.Typer) -> None:
         private: bool = typer.Option(False, "--private", help="With --push-to-hub: make the repo private when it is created."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output; print only the page's path."),
     ) -> None:
-        """Rank runs on one board (per-category success with CIs, rank intervals, paired tests with Holm), kept as a
-        Hugging Face dataset folder with a self-contained page. Runs that differ in any setting that changes scores
-        (steps, guidance, size, dtype, scheduler, suite, judge and revision, protocol, …) are never ranked together:
-        they form separate groups and the difference is named. Adding a run writes only that run's files."""
+        # (the help is the command's: board_help() below, the ranking rule in the words of settings.RULE)
         from ..errors import AuditError
         from .build import build_board
         from .hub import check_repo, push
@@ -63,6 +77,7 @@ def register(app: typer.Typer) -> None:
         if push_to_hub:
             check_repo(push_to_hub)
         result = build_board(out, list(runs or []), refresh=refresh, allow_different_suites=allow_different_suites,
+                             strict_settings=strict_settings,
                              images=images, title=title, seed=seed, progress=not quiet, repo=push_to_hub)
         for line in _printed(result, quiet=quiet):
             typer.echo(line)

@@ -19,6 +19,7 @@ from ..report.html import render, static_assets
 from ..report.thumbs import Thumbs
 from ..rundir import atomic_write_text
 from . import readers, settings, store
+from .chart import rank_chart
 from .ranks import N_BOOT
 
 
@@ -45,6 +46,8 @@ def _group_rows(g: dict, out: Path, types: list[str]) -> list[dict]:
         report = store.run_root(out, e) / "report" / "index.html"
         counts = {f["type"]: f["images"] for f in o["failures"]}
         rows.append({"run_id": r["run_id"], "label": r["label"], "folder": e.get("folder"),
+                     "settings": r.get("settings"), "study": r.get("study"),
+                     "unchecked": [c for c in g["categories"] if r["categories"][c].get("judge_checked") is False],
                      "href": _rel(report, out) if report.is_file() else None,
                      "overall": _cell(o), "cats": [_cell(r["categories"][c]) for c in g["categories"]],
                      "fails": [{"type": t, "n": counts.get(t, 0),
@@ -107,11 +110,14 @@ def _cards(g: dict, rows_of: dict, out: Path, thumbs: Thumbs, questions: dict) -
 
 def _runs_table(index: dict, numbers: dict, changed: dict) -> dict:
     group_of = {r["run_id"]: g["name"] for g in numbers["groups"] for r in g["rows"]}
+    study_of = {r: f"{st['name']} ({', '.join(st['varies'])})" for g in numbers["groups"]
+                for st in g.get("studies") or [] for r in st["runs"]}
     rows, keys = [], []
     for e in index["runs"]:
         cond = settings.conditions(e)
         keys += [k for k in cond if k not in keys]
         rows.append({"id": e["id"], "label": numbers["labels"][e["id"]], "group": group_of.get(e["id"]),
+                     "study": study_of.get(e["id"]),
                      "folder": e.get("folder"), "cond": cond, "sampling": settings.sampling(e),
                      "judges": ", ".join(f"{k} ({settings.shown(j.get('model'))} {settings.shown(j.get('revision'))}"
                                          f"{', ' + j['protocol'] if j.get('protocol') else ''})"
@@ -133,8 +139,13 @@ def render_page(out: Path, index: dict, numbers: dict, changed: dict, *, progres
     groups, cards = [], []
     for g in numbers["groups"]:
         types = _failure_types(g)
+        rows = _group_rows(g, out, types)
         groups.append({"name": g["name"], "conditions_text": g["conditions_text"], "apart": g["apart"],
-                       "categories": g["categories"], "types": types, "rows": _group_rows(g, out, types),
+                       "categories": g["categories"], "types": types, "rows": rows,
+                       "chart": rank_chart(rows, g["categories"]) if g["shared"] else "",
+                       "studies": g.get("studies") or [],
+                       "judge_checks": [{"category": c, **x, "unchecked": [numbers["labels"][r] for r in x["unchecked"]]}
+                                        for c, x in (g.get("judge_checks") or {}).items()],
                        "shared": g["shared"], "by_text": g["by_text"], "n_runs": len(g["rows"]),
                        "deciding": rule.table({c: d for c, d in g["deciding"].items() if c in g["categories"]}),
                        "comparisons": _comparisons(g, numbers)})
@@ -142,6 +153,7 @@ def render_page(out: Path, index: dict, numbers: dict, changed: dict, *, progres
     thumbs.prune()
     snap = index["snapshots"][-1]
     ctx = {"title": index["title"], "snapshot": snap["split"], "n_runs": len(index["runs"]),
+           "rule": settings.RULE, "strict_settings": index.get("strict_settings", False),
            "groups": groups, "cards": cards,
            "card_categories": sorted({c["category"] for c in cards}, key=str),
            "card_types": sorted({t for c in cards for x in c["cells"] for t in x["failure_types"]}),

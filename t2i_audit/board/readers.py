@@ -188,6 +188,21 @@ def _probe_rows(rd: RunDir, hashes: dict) -> dict:
     return out
 
 
+def run_config(rd: RunDir, manifest: dict) -> dict:
+    """The settings a run was made with: its run.yaml, or (a run made before run.yaml existed) those its generate
+    stage recorded in the manifest; neither is refused, named (what the run was made with is unknown)."""
+    if rd.config.is_file():
+        config = load_yaml(rd.config)
+        if not isinstance(config, dict):
+            raise AuditError(f"{rd.config}: expected a mapping of run settings")
+        return config
+    config = _stage(manifest, "generate").get("settings")
+    if not isinstance(config, dict):
+        raise AuditError(f"{rd.config}: missing, and {rd.manifest} records no generate settings: nothing tells "
+                         "what this run was made with")
+    return dict(config)
+
+
 def read_run(run_dir) -> RunFiles:
     """Read a finished run for the board, or raise an AuditError naming what is missing or damaged."""
     rd = RunDir(Path(run_dir))
@@ -199,17 +214,9 @@ def read_run(run_dir) -> RunFiles:
     manifest = rd.read_manifest()
     _require_finished(rd, manifest)
     hashes["manifest.json"] = file_sha256(rd.manifest)
+    config = run_config(rd, manifest)
     if rd.config.is_file():
-        config = load_yaml(rd.config)
-        if not isinstance(config, dict):
-            raise AuditError(f"{rd.config}: expected a mapping of run settings")
         hashes["run.yaml"] = file_sha256(rd.config)
-    else:  # a run made before run.yaml existed: the settings its generate stage recorded
-        config = _stage(manifest, "generate").get("settings")
-        if not isinstance(config, dict):
-            raise AuditError(f"{rd.config}: missing, and {rd.manifest} records no generate settings: the board "
-                             "cannot tell what this run was made with")
-        config = dict(config)
     prompts = {}
     for i, p in enumerate(rd.read_prompts(), 1):
         if not isinstance(p, dict) or not isinstance(p.get("id"), str):

@@ -1,20 +1,24 @@
-"""What a run is, what it was made under, and which runs may be ranked together.
+"""What a run is, what it was made under, and which runs are ranked together: the one rule of ``board``,
+``compare`` and the gate (``compare --fail-on-drop``).
 
-A run's settings fall in four kinds (from its ``run.yaml``, the model card its manifest records, its
-prompts and its judges):
+A run's settings fall in five kinds (from its ``run.yaml``, the model card its manifest records, its prompts and
+its judges):
 
-* **subject** — what the board ranks: the model (name, repo revision) and its variant (the ``loras`` /
-  ``components`` a run records);
-* **conditions** — what changes scores besides the subject: steps, guidance, size, dtype, the pipeline
-  call's extra arguments (a scheduler, a true-CFG scale), the suite, and every setting this version does not
-  know (a newer run's key is taken to matter until said otherwise);
-* **sampling** — which images: prompts, ``--limit``, ``-n``, the base seed. Runs differing only here are
-  compared on the prompts they share (paired by seed where the seeds match);
+* **subject** — whose images: the model (name, repo revision) and its variant (``loras`` / ``components``);
+* **protocol** — how the images are asked for and read: the suite and its version, images per prompt, and the
+  judges (model, revision, protocol). Runs are ranked together only when it is equal;
+* **model settings** — how the subject makes its images: steps, guidance, size, dtype, scheduler, the pipeline
+  call's extra arguments, the source kind (a folder of images, an endpoint), and every setting this version
+  does not know. They are part of what is ranked: each model at its authors' settings, as every benchmark
+  table ranks (GenEval, T2I-CompBench, HEIM). Shown beside the run, never a reason to set it apart — unless
+  ``--strict-settings`` (an ablation: one model, one setting changed) asks for today's strict grouping;
+* **sampling** — which images: prompts, ``--limit``, the base seed. Runs are compared on the prompts they share
+  (paired by seed where the seeds match);
 * **how it ran** — device, batch size, offload …: none changes what is made.
 
-Runs are ranked together only when their conditions are equal and their judges agree (a scorer both have
-was run with the same model, revision and protocol). Every other run goes to its own group, and the page
-and the printout name the difference (GA-Eval, ICLR 2026: guidance alone moves scores).
+The same subject at several model settings is a *settings study* (GA-Eval, ICLR 2026: guidance alone moves
+scores): ranked with the rest and flagged beside the ranking. A gate compares weights at fixed settings, so
+``compare --fail-on-drop`` refuses two runs whose model settings differ unless told otherwise.
 """
 
 from __future__ import annotations
@@ -25,9 +29,17 @@ from dataclasses import dataclass, field
 from ..api import NOT_IDENTITY
 
 SUBJECT = ("model", "loras", "components")
-SAMPLING = ("prompts", "limit", "images_per_prompt", "seed")
+SAMPLING = ("prompts", "limit", "seed")
+PROTOCOL = ("suite", "images_per_prompt")  # besides the judges (entry["judges"], compared where shared)
 HOW_IT_RAN = frozenset(NOT_IDENTITY) | {"scorers", "probe_model"}
-SHOWN_FIRST = ("steps", "guidance", "size", "dtype", "scheduler", "suite")  # column order on the page
+SHOWN_FIRST = ("steps", "guidance", "size", "dtype", "scheduler", "source", "suite", "images_per_prompt")
+
+# the rule in words: `board --help`, `compare --help` and both pages state it
+RULE = ("Runs are ranked together when their protocol is equal: the suite and its version, images per prompt, and "
+        "every judge they share (model, revision, judge protocol); they are compared on the prompts they share. A "
+        "model's own generation settings (steps, guidance, size, scheduler, dtype, LoRAs, source) are part of what "
+        "is ranked and shown beside it; the same model (weights and variant) at several settings is a settings "
+        "study, flagged beside the ranking.")
 
 
 def _canon(v):
@@ -53,18 +65,70 @@ def shown(v) -> str:
     return str(v)
 
 
-def conditions(entry: dict, *, with_suite: bool = True) -> dict:
-    """The score-relevant settings of a board entry (its stored ``config``, ``model`` card and ``suites``)."""
+def model_settings(entry: dict) -> dict:
+    """How the run's model made its images (steps, guidance, size, dtype, scheduler, call arguments, source kind,
+    and every setting this version does not know): what is ranked with the model, never what sets it apart."""
     out = {}
     for k, v in (entry.get("config") or {}).items():
-        if k in SUBJECT or k in SAMPLING or k in HOW_IT_RAN:
+        if k in SUBJECT or k in SAMPLING or k in PROTOCOL or k in HOW_IT_RAN:
             continue
         out[str(k)] = _canon(v)
-    for k, v in ((entry.get("model") or {}).get("call") or {}).items():
+    model = entry.get("model") or {}
+    for k, v in (model.get("call") or {}).items():
         out.setdefault(str(k), _canon(v))  # the card's pipeline-call arguments (true_cfg_scale, a scheduler …)
+    if model.get("kind") and model.get("kind") != "pipeline":  # images from a folder, an endpoint, a callable
+        out["source"] = str(model["kind"])
+    return _ordered(out)
+
+
+def protocol(entry: dict, *, with_suite: bool = True) -> dict:
+    """What must be equal for runs to be ranked together, besides their shared judges (:func:`_judges_agree`)."""
+    out = {"images_per_prompt": _canon((entry.get("config") or {}).get("images_per_prompt"))}
     if with_suite:
         out["suite"] = ", ".join(entry.get("suites") or [])
-    return dict(sorted(out.items(), key=lambda kv: (SHOWN_FIRST.index(kv[0]) if kv[0] in SHOWN_FIRST else 99, kv[0])))
+    return _ordered(out)
+
+
+def conditions(entry: dict, *, with_suite: bool = True) -> dict:
+    """Every score-relevant setting: the model settings and the protocol (what ``--strict-settings`` groups by)."""
+    return _ordered({**model_settings(entry), **protocol(entry, with_suite=with_suite)})
+
+
+def _ordered(d: dict) -> dict:
+    return dict(sorted(d.items(), key=lambda kv: (SHOWN_FIRST.index(kv[0]) if kv[0] in SHOWN_FIRST else 99, kv[0])))
+
+
+def settings_text(entry: dict) -> str:
+    """``"steps 20 · guidance 7 · size 48 · dtype float32"``: a run's model settings, as its row shows them."""
+    return " · ".join(f"{k} {shown(v)}" for k, v in model_settings(entry).items()) or "—"
+
+
+def model_card(manifest: dict) -> dict:
+    """The model card's fields a board (and ``compare``) keeps of a run, with its variant's record where it has one (its label names
+    the files, scales and sha256: variants/labels.py)."""
+    card = manifest.get("model")
+    if not isinstance(card, dict):
+        return {"name": card}
+    # kind: a run without a pipeline (a folder of images, an endpoint) ranks like any other, its source shown; its
+    # target (a folder, a URL) is this machine's or the provider's address, never published
+    out = {k: card.get(k) for k in ("name", "repo", "revision", "pipeline", "call")}
+    if card.get("kind"):
+        out["kind"] = card["kind"]
+    adapted = card.get("adapted")
+    if not isinstance(adapted, dict):
+        return out
+    # what the label reads: the same sources and paths as run.yaml (the entry's config), each with its sha256 and
+    # scale; a Hub LoRA's local cache path ("file") is this machine's, never published
+    if isinstance(adapted.get("loras"), list):
+        adapted = {**adapted, "loras": [{k: v for k, v in x.items() if k != "file"} if isinstance(x, dict) else x
+                                        for x in adapted["loras"]]}
+    return {**out, "adapted": adapted}
+
+
+def run_entry(run_id: str, config: dict, manifest: dict, suites: list, judges: dict) -> dict:
+    """What the rule reads of a run, as a board entry holds it: ``compare`` builds one per run folder."""
+    return {"id": run_id, "config": {k: v for k, v in config.items() if k != "out"},
+            "model": model_card(manifest), "suites": list(suites), "judges": judges}
 
 
 def subject(entry: dict) -> dict:
@@ -78,8 +142,8 @@ def subject(entry: dict) -> dict:
 
 
 def sampling(entry: dict) -> dict:
-    cfg = entry.get("config") or {}
-    return {k: _canon(cfg.get(k)) for k in SAMPLING if k != "prompts"}
+    cfg = entry.get("config") or {}  # (images per prompt is protocol; shown with the sampling all the same)
+    return {k: _canon(cfg.get(k)) for k in ("limit", "images_per_prompt", "seed")}
 
 
 def _label(entry: dict) -> str:
@@ -119,22 +183,30 @@ def labels(entries: list[dict]) -> list[str]:
 class Group:
     name: str
     entries: list                                  # board index entries, in board order
-    conditions: dict                               # the settings they share
+    conditions: dict                               # what they share: the protocol (and the settings when strict)
     judges: dict = field(default_factory=dict)     # scorer -> identity, over the group's runs
+    studies: list = field(default_factory=list)    # settings studies among the entries (:func:`studies`)
 
 
 def _judges_agree(judges: dict, others: dict) -> bool:
     return all(judges[k] == others[k] for k in set(judges) & set(others))
 
 
-def groups(entries: list[dict], *, allow_different_suites: bool = False) -> list[Group]:
-    """Runs with equal conditions and agreeing judges, largest group first (then board order)."""
-    by_conditions: dict = {}
+def _shared(entry: dict, *, allow_different_suites: bool, strict_settings: bool) -> dict:
+    with_suite = not allow_different_suites
+    return conditions(entry, with_suite=with_suite) if strict_settings else protocol(entry, with_suite=with_suite)
+
+
+def groups(entries: list[dict], *, allow_different_suites: bool = False, strict_settings: bool = False) -> list[Group]:
+    """Runs ranked together (equal protocol and agreeing judges; with ``strict_settings`` equal model settings as
+    well), largest group first (then board order). The one rule of ``board``, ``compare`` and the gate."""
+    by_key: dict = {}
     for e in entries:
-        key = json.dumps(conditions(e, with_suite=not allow_different_suites), sort_keys=True)
-        by_conditions.setdefault(key, []).append(e)
+        key = json.dumps(_shared(e, allow_different_suites=allow_different_suites, strict_settings=strict_settings),
+                         sort_keys=True)
+        by_key.setdefault(key, []).append(e)
     found = []
-    for members in by_conditions.values():
+    for members in by_key.values():
         parts: list[list] = []
         for e in members:
             for part in parts:
@@ -151,9 +223,49 @@ def groups(entries: list[dict], *, allow_different_suites: bool = False) -> list
         judges: dict = {}
         for e in part:
             judges.update(e.get("judges") or {})
-        out.append(Group(f"G{i}", part, conditions(part[0], with_suite=not allow_different_suites),
-                         dict(sorted(judges.items()))))
+        out.append(Group(f"G{i}", part, _shared(part[0], allow_different_suites=allow_different_suites,
+                                               strict_settings=strict_settings),
+                         dict(sorted(judges.items())), studies(part)))
     return out
+
+
+def _subject_key(entry: dict) -> str:
+    return json.dumps(subject(entry), sort_keys=True)
+
+
+def studies(entries: list[dict]) -> list[dict]:
+    """The same subject (model, revision, variant) at several model settings: ``{"model", "runs": [ids],
+    "varies": [setting names], "n_settings"}`` per subject, in board order (its runs at equal settings, e.g. on
+    other prompts, belong to it too). Each run stays ranked; the study is flagged."""
+    by_subject: dict = {}
+    for e in entries:
+        by_subject.setdefault(_subject_key(e), []).append(e)
+    out = []
+    for members in by_subject.values():
+        made = [model_settings(e) for e in members]
+        keys = list(_ordered({k: None for m in made for k in m}))
+        varies = [k for k in keys if len({json.dumps(m.get(k), sort_keys=True) for m in made}) > 1]
+        if len(members) > 1 and varies:
+            out.append({"model": subject(members[0])["model"], "runs": [e["id"] for e in members], "varies": varies,
+                        "n_settings": len({json.dumps(m, sort_keys=True) for m in made})})
+    for i, st in enumerate(out, 1):
+        st["name"] = f"S{i}"
+    return out
+
+
+def rule_differences(a: dict, b: dict, *, allow_different_suites: bool = False) -> dict:
+    """How entry ``b`` differs from entry ``a`` under the one rule: ``{"protocol": [...], "settings": [...]}``,
+    each ``"steps 2 (was 20)"``; protocol differences include a shared judge that differs."""
+    def diff(x: dict, y: dict) -> list[str]:
+        return [f"{k} {shown(y.get(k))} (was {shown(x.get(k))})" for k in list(x) + [k for k in y if k not in x]
+                if x.get(k) != y.get(k)]
+
+    with_suite = not allow_different_suites
+    prot = diff(protocol(a, with_suite=with_suite), protocol(b, with_suite=with_suite))
+    ja, jb = a.get("judges") or {}, b.get("judges") or {}
+    prot += [f"judge {k}: {_judge_text(jb[k])} (was {_judge_text(ja[k])})" for k in sorted(set(ja) & set(jb))
+             if ja[k] != jb[k]]
+    return {"protocol": prot, "settings": diff(model_settings(a), model_settings(b))}
 
 
 def _judge_text(j: dict) -> str:

@@ -39,10 +39,17 @@ def run_frame(index: dict, numbers: dict, changed: dict) -> pd.DataFrame:
                 "dtype": cond.get("dtype"), "scheduler": None if cond.get("scheduler") is None else str(cond["scheduler"]),
                 "seed": _int(samp.get("seed")), "limit": _int(samp.get("limit")),
                 "images_per_prompt": _int(samp.get("images_per_prompt")),
-                "set_apart": "; ".join(g["apart"]) or None, "shared_prompts": g["shared"],
+                "set_apart": "; ".join(g["apart"]) or None, "settings": r.get("settings"),
+                "settings_study": _study(g, r["run_id"]), "shared_prompts": g["shared"],
                 "rate": o["rate"], "lo": o["lo"], "hi": o["hi"], "rank": o["rank"], "rank_lo": o["rank_lo"],
                 "rank_hi": o["rank_hi"], "changed_files": changed.get(r["run_id"], [])})
     return pd.DataFrame(rows, columns=[f.name for f in tables.SCHEMAS["runs"]])
+
+
+def _study(g: dict, run_id: str) -> str | None:
+    """``"S1: model-good at guidance, steps"``: the settings study the run belongs to, named with what varies."""
+    st = next((st for st in g.get("studies") or [] if run_id in st["runs"]), None)
+    return None if st is None else f"{st['name']}: {st['model']} at {', '.join(st['varies'])}"
 
 
 def category_frame(numbers: dict) -> pd.DataFrame:
@@ -58,7 +65,9 @@ def category_frame(numbers: dict) -> pd.DataFrame:
                                                       "failed", "failures", "units")},
                              "judge": judge, "judge_model": ident.get("model"),
                              "judge_revision": ident.get("revision"), "protocol": ident.get("protocol"),
-                             "decided_source": d.get("source"), "why": d.get("why"), "shared_prompts": g["shared"]})
+                             "decided_source": d.get("source"), "why": d.get("why"),
+                             "judge_measured_on": c.get("judge_measured_on"), "judge_checked": c.get("judge_checked"),
+                             "shared_prompts": g["shared"]})
     return pd.DataFrame(rows, columns=[f.name for f in tables.SCHEMAS["categories"]])
 
 

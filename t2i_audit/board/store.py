@@ -68,9 +68,11 @@ def relative_path(board: Path, root: Path) -> str:
     return Path(os.path.relpath(Path(root).resolve(), Path(board).resolve())).as_posix()
 
 
-def new_index(*, title: str, images: str, allow_different_suites: bool, seed: int) -> dict:
+def new_index(*, title: str, images: str, allow_different_suites: bool, seed: int,
+              strict_settings: bool = False) -> dict:
     return {"tool": "t2i-audit", "kind": "board", "version": VERSION, "title": title, "images": images,
-            "allow_different_suites": allow_different_suites, "seed": seed, "repo": None, "runs": [], "snapshots": []}
+            "allow_different_suites": allow_different_suites, "strict_settings": strict_settings, "seed": seed,
+            "repo": None, "runs": [], "snapshots": []}
 
 
 # what a run's entry holds (build._entry) and what later builds read of it, with its type
@@ -109,6 +111,8 @@ def validate(index: dict, path: Path) -> dict:
                       ("allow_different_suites", bool)):
         if not isinstance(index.get(key), kind) or (kind is int and isinstance(index.get(key), bool)):
             raise AuditError(f"{path}: {key}: expected {kind.__name__}")
+    if not isinstance(index.setdefault("strict_settings", False), bool):  # (absent on boards made before it)
+        raise AuditError(f"{path}: strict_settings: expected bool")
     if index.get("repo") is not None and not (isinstance(index["repo"], str) and REPO_ID.fullmatch(index["repo"])):
         raise AuditError(f"{path}: repo: {index['repo']!r} is not a Hub dataset id NAMESPACE/NAME")
     ids = set()

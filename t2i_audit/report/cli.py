@@ -7,11 +7,8 @@ from typing import List, Optional
 
 import typer
 
-# the regression gate (compare --fail-on-drop), as --help states it; report/compare.py regressions() applies it
-GATE_RULE = ("exit 1 when, in some category, CANDIDATE's success is lower than BASE's by more than D (a fraction: "
-             "0.05 = 5 points; paired images, same prompt and sample) AND the 95% paired-bootstrap CI of that drop "
-             "(resampling twin groups) lies wholly above 0; the failing categories are printed. Exit 0 otherwise")
-
+from ..board.settings import RULE
+from .gate import GATE_RULE
 
 def register(app: typer.Typer) -> None:
     @app.command("report")
@@ -27,7 +24,8 @@ def register(app: typer.Typer) -> None:
         page = render_report(run, out_dir=out, progress=not quiet, scorer=scorer)
         typer.echo(str(page))
 
-    @app.command("compare")
+    @app.command("compare", help="Compare models image by image (prompt id + sample) with paired bootstrap CIs. "
+                 + RULE + " Settings that differ between the runs are named on the page.")
     def compare_cmd(
         runs: List[Path] = typer.Argument(..., help="Two or more run directories."),
         out: Path = typer.Option(..., "--out", help="Folder for the comparison page and tables."),
@@ -38,10 +36,13 @@ def register(app: typer.Typer) -> None:
         fail_on_drop: Optional[float] = typer.Option(
             None, "--fail-on-drop", metavar="D", help="Regression gate for CI, with exactly two runs BASE CANDIDATE: "
             + GATE_RULE + "."),
+        allow_different_settings: bool = typer.Option(
+            False, "--allow-different-settings", help="With --fail-on-drop: gate even though BASE and CANDIDATE were "
+            "made at other model settings (steps, guidance, …); the difference is printed."),
     ) -> None:
-        """Compare models image by image (prompt id + sample) with paired bootstrap CIs."""
         from ..errors import AuditError
-        from .compare import compare_with_summary, regressions
+        from . import gate
+        from .compare import compare_with_summary
 
         if fail_on_drop is not None:
             if len(runs) != 2:
@@ -49,21 +50,26 @@ def register(app: typer.Typer) -> None:
             if not 0 <= fail_on_drop < 1:
                 raise AuditError(f"--fail-on-drop {fail_on_drop}: a drop in success as a fraction in [0, 1) "
                                  "(0.05 = 5 points)")
+        elif allow_different_settings:
+            raise AuditError("--allow-different-settings is an option of the gate: give --fail-on-drop D")
         page, summary = compare_with_summary(list(runs), out, allow_different_suites=allow_different_suites,
-                                             scorer=scorer, seed=seed)
+                                             scorer=scorer, seed=seed,
+                                             fixed_settings=fail_on_drop is not None and not allow_different_settings)
         typer.echo(str(page))
         if fail_on_drop is None:
             return
-        base, cand = summary["models"][:2]
-        failing = regressions(summary, fail_on_drop)
-        for d in failing:
-            r = summary["category_rates"].get(str(d["value"]), {})
-            was, now = (r.get(base) or {}).get("rate"), (r.get(cand) or {}).get("rate")
-            typer.echo(f"regression: {d['value']}: {was:.1%} -> {now:.1%} ({d['diff'] * 100:.1f} points lower, "
-                       f"95% CI of the drop [{d['lo'] * 100:.1f}, {d['hi'] * 100:.1f}] > 0; limit {fail_on_drop * 100:.1f})")
-        if failing:
-            typer.echo(f"gate: FAIL — {len(failing)} categor{'y' if len(failing) == 1 else 'ies'} of {cand} dropped "
-                       f"below {base} by more than {fail_on_drop * 100:.1f} points", err=True)
-            raise typer.Exit(1)
-        typer.echo(f"gate: ok — no category of {cand} is lower than {base} by more than {fail_on_drop * 100:.1f} "
-                   "points with a 95% CI excluding 0")
+        cand = summary["models"][1]
+        differ = summary["settings_differences"].get(cand) or {}
+        if differ.get("settings") or differ.get("protocol"):  # only with --allow-different-settings
+            typer.echo(f"settings: {cand} differs from {summary['models'][0]}: "
+                       f"{'; '.join(differ['protocol'] + differ['settings'])} (--allow-different-settings)")
+        result = gate.gate_verdict(summary, fail_on_drop)
+        for line in gate.table(result):
+            typer.echo(line)
+        for note in result["notes"]:
+            typer.echo(f"note: {note}")
+        line = gate.summary_line(result)
+        if result["exit"]:
+            typer.echo(line, err=True)
+            raise typer.Exit(result["exit"])
+        typer.echo(line)

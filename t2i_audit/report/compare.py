@@ -21,6 +21,9 @@ import numpy as np
 import pandas as pd
 
 from .. import analysis
+from ..board.settings import model_settings as settings_of
+from ..board.settings import settings_text
+from . import run_rule
 from .. import deciding as rule
 from ..errors import AuditError
 from ..ownership import claim_output_dir
@@ -112,8 +115,10 @@ def compare(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
 
 
 def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: bool = False,
-                         scorer: str | None = None, seed: int = 0) -> tuple[Path, dict]:
-    """:func:`compare`, returning (page, what compare.json holds)."""
+                         scorer: str | None = None, seed: int = 0,
+                         fixed_settings: bool = False) -> tuple[Path, dict]:
+    """:func:`compare`, returning (page, what compare.json holds). ``fixed_settings`` (the gate): refuse runs whose
+    protocol or model settings differ from the first run's, before anything is written."""
     if len(run_dirs) < 2:
         raise AuditError(f"compare needs at least two runs, got {len(run_dirs)}")
     run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
@@ -130,6 +135,10 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
         detail = "; ".join(f"{r.rd.root}: {', '.join(s)}" for r, s in zip(runs, suites))
         raise AuditError(f"runs are of different suites ({detail}); pass "
                          "--allow-different-suites to compare only the prompts they share")
+    entries = run_rule.entries(runs, labels)
+    setting_diffs = run_rule.differences(entries, runs, allow_different_suites=allow_different_suites)
+    if fixed_settings:
+        run_rule.refuse_other_settings(setting_diffs, labels[0])
     keyed = [_keyed(r, by_text=different) for r in runs]
     shared_keys = sorted(set.intersection(*(set(k) for k in keyed)))
     if not shared_keys:
@@ -176,11 +185,8 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
                                             sums[b]["sum"].to_numpy(), sums[b]["count"].to_numpy(),
                                             n_boot=N_BOOT, seed=seed + t)
             t += 1
-            diffs.append({"group": kind, "value": val, "a": a, "b": b, **res})
-    adj = analysis.holm([d["p"] for d in diffs])
-    for d, pa in zip(diffs, adj):
-        d["p_holm"] = float(pa)
-        d["significant"] = bool(np.isfinite(pa) and pa < ALPHA)
+            diffs.append({"group": kind, "value": val, "a": a, "b": b, **res, "images": len(g)})
+    _holm(diffs)
 
     overall = {r["model"]: r for r in rates if r["group"] == "overall"}
     ranking = []
@@ -234,7 +240,11 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
                "deciding": deciding_out,
                "suites": suites, "different_suites": different, "shared_prompts": len(shared_keys),
                "paired_images": len(pairs), "disagreements": len(disagree),
-               "correction": "holm", "alpha": ALPHA, "n_boot": N_BOOT, "seed": seed,
+               "coverage": {"base_prompts": len(keyed[0]), "shared_prompts": len(shared_keys),
+                            "base_categories": sorted({str(v["prompt"].get("category")) for v in keyed[0].values()}),
+                            "prompts": {lab: len(k) for lab, k in zip(labels, keyed)}},
+               "settings": {e["id"]: settings_of(e) for e in entries}, "settings_differences": setting_diffs,
+               "correction": "holm within each family: overall, categories, templates", "alpha": ALPHA, "n_boot": N_BOOT, "seed": seed,
                "ranking": [{k: r[k] for k in ("rank", "model", "rate", "lo", "hi", "n", "wins", "losses")} for r in ranking],
                "differences": [d for d in diffs if d["group"] == "overall"],
                "by_category": [d for d in diffs if d["group"] == "category"],
@@ -248,7 +258,11 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
     used = set(pair_df["category"])
     from .random_weights import random_weights_note
 
+    from ..board.settings import RULE
+
     ctx = {"title": " vs ".join(labels), "labels": labels, "scorer": scorer, "note": note, "protocols": protocols,
+           "rule": RULE, "settings_differences": {k: v for k, v in setting_diffs.items() if v["settings"] or v["protocol"]},
+           "run_settings": {e["id"]: settings_text(e) for e in entries},
            "random_weights": random_weights_note([r.manifest for r in runs]),
            "deciding": rule.table({c: d for c, d in deciding.items() if c in used}),
            "verdict_sources": sorted({d["scorer"] for c, d in deciding.items() if c in used and d.get("scorer")}),
@@ -262,6 +276,16 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
     page = out / "index.html"
     atomic_write_text(page, render("compare.html.j2", ctx))  # modes follow the umask (rundir)
     return page, summary
+
+
+def _holm(diffs: list[dict]) -> None:
+    """Holm's correction within each family of the page (overall; the categories; the templates), every pair of
+    runs together: the p the page shows is the p the gate (report/gate.py) decides by."""
+    for kind in sorted({d["group"] for d in diffs}):
+        family = [d for d in diffs if d["group"] == kind]
+        for d, pa in zip(family, analysis.holm([d["p"] for d in family])):
+            d["p_holm"] = float(pa)
+            d["significant"] = bool(np.isfinite(pa) and pa < ALPHA)
 
 
 def _protocol_names(runs) -> dict:
@@ -290,14 +314,3 @@ def _rows(groups, rates, diffs, labels) -> list[dict]:
 
 def read_compare(out_dir) -> dict:
     return json.loads((Path(out_dir) / "compare.json").read_text())
-
-
-def regressions(summary: dict, max_drop: float) -> list[dict]:
-    """The categories where the second run (CANDIDATE) falls below the first (BASE) by more than ``max_drop`` with a
-    95% CI of the drop that excludes 0 (the rule `t2i-audit compare --help` states, report/cli.py GATE_RULE)."""
-    base, cand = summary["models"][:2]
-    out = []
-    for d in summary["by_category"]:
-        if (d["a"], d["b"]) == (base, cand) and np.isfinite(d["diff"]) and d["diff"] > max_drop and d["lo"] > 0:
-            out.append(d)
-    return out

@@ -15,11 +15,11 @@ PROMPTS = make_prompts(n_binding=12, n_rel=8, n_count=6)
 
 
 def reported_run(root: Path, *, skill: float, model: str, seed: int = 0, prompts=None, probes: bool = False,
-                 **settings) -> Path:
+                 scorers=("clip-foil", "vqa-blip"), **settings) -> Path:
     from t2i_audit.report import render_report
 
     run = make_run(root, prompts=prompts if prompts is not None else PROMPTS, skill=skill, model=model, seed=seed,
-                   probes=probes, black=1, config={**SETTINGS, **settings})
+                   probes=probes, black=1, scorers=scorers, config={**SETTINGS, **settings})
     render_report(run, progress=False)
     return run
 

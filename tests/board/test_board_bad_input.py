@@ -31,7 +31,7 @@ def test_runs_of_another_suite_are_set_apart_or_compared_on_shared_prompts(runs,
     out2 = tmp_path / "board2"
     code, stdout, _ = invoke(["board", runs["good"], run, "--out", out2, "--allow-different-suites"], monkeypatch, capsys)
     assert code == 0 and "set apart" not in stdout
-    assert f"G1: steps 20, guidance 7, size 48, dtype float32 — {len(shared)} shared prompts" in stdout
+    assert f"G1: images_per_prompt 2 — {len(shared)} shared prompts" in stdout  # the protocol, suites aside
     assert f"compared only on the {len(shared)} prompts they share" in (out2 / "index.html").read_text()
 
 

@@ -2,6 +2,7 @@
 an independent count from each run's own results.parquet, paired tests, incremental adds, changed runs."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -30,18 +31,46 @@ def board(runs, tmp_path_factory):
     return out
 
 
-def test_guidance_sets_a_run_apart_and_the_difference_is_named(board, runs, monkeypatch, capsys):
+def test_a_model_at_another_guidance_is_ranked_with_the_rest_and_flagged_as_a_settings_study(board, monkeypatch,
+                                                                                               capsys):
+    """A leaderboard ranks each model at its own settings (issue 44): guidance 3 does not set model-good's second
+    run apart; the two runs of one model at two guidances form settings study S1, named on the page, in the
+    printout and in the runs table, with each run's settings in its row."""
     r = _latest(board, "runs").set_index("folder")
-    assert r.loc["good", "group"] == r.loc["bad", "group"] == r.loc["seed1", "group"] == "G1"
-    assert r.loc["g3", "group"] == "G2" and r.loc["g3", "guidance"] == 3.0 and r.loc["good", "guidance"] == 7.0
-    assert r.loc["g3", "set_apart"] == "guidance 3 (G1: 7)"
-    assert pd.isna(r.loc["good", "set_apart"])
-    html = (board / "index.html").read_text()
-    assert "Set apart from G1, not ranked with it:</b> guidance 3 (G1: 7)" in html
+    assert set(r["group"]) == {"G1"} and r["set_apart"].isna().all()
+    assert r.loc["g3", "guidance"] == 3.0 and r.loc["good", "guidance"] == 7.0
+    assert r.loc["g3", "settings"] == "steps 20 · guidance 3 · size 48 · dtype float32"
+    assert r.loc["g3", "settings_study"] == r.loc["good", "settings_study"] == "S1: model-good at guidance"
+    assert r[["settings_study"]].loc[["bad", "seed1"]].isna().all().all()  # other models: no study
     # the same model at two guidance scales is two entries, told apart by the setting
     assert r.loc["g3", "label"] == "model-good · guidance 3" and r.loc["good", "label"] == "model-good · guidance 7"
+    assert r.loc["bad", "rank"] == 4 and 1 <= r.loc["g3", "rank"] <= 3  # ranked among the others
+    html = (board / "index.html").read_text()
+    assert html.index('class="rankchart"') < html.index('id="groups"')  # the chart opens the page
+    assert "Settings study S1:</b> model-good at 2 settings (varied: guidance)" in html
+    assert "Ranked together:</b> Runs are ranked together when their protocol is equal" in html
+    assert html.count('data-study="S1"') == 2 and "Set apart from" not in html
     code, out, _ = invoke(["board", "--out", board], monkeypatch, capsys)  # a re-render prints the groups again
-    assert code == 0 and "set apart from G1: guidance 3 (G1: 7)" in out
+    assert code == 0 and "set apart" not in out
+    assert "settings study S1: model-good at 2 settings (varied: guidance): model-good · guidance 7; " \
+           "model-good · guidance 3" in out
+    assert re.search(r"model-good · guidance 3: [\d.]+% .* — steps 20 · guidance 3 · size 48 · dtype float32 "
+                     r"\[settings study S1\]", out)
+
+
+def test_the_chart_draws_every_model_and_category_with_its_ci(board):
+    """One dot and one CI line per (model, column) with verdicts, in rank order, in an inline SVG (no script)."""
+    html = (board / "index.html").read_text()
+    svg = html[html.index('<svg class="rankchart"'):]
+    svg = svg[:svg.index("</svg>")]
+    cats = _latest(board, "categories")
+    with_verdicts = cats[cats["n"] > 0]
+    assert svg.count("<circle") == len(with_verdicts) and "<script" not in svg
+    for row in with_verdicts.itertuples():
+        assert f"{row.label} · {row.category}: {row.rate:.1%} [{row.lo:.1%}, {row.hi:.1%}] of {row.n} images" in svg
+    names = re.findall(r'<title>([^<]+)</title>[^<]*</text>', svg)  # the model names, top to bottom
+    order = _latest(board, "runs").sort_values("rank", kind="stable")["label"].tolist()  # ties: board order
+    assert [n.split(" · study")[0] for n in names] == order
 
 
 def test_success_per_category_equals_a_count_from_each_runs_results_parquet(board, runs):
@@ -64,14 +93,13 @@ def test_success_per_category_equals_a_count_from_each_runs_results_parquet(boar
 def test_rank_intervals_and_paired_tests(board):
     cats = _latest(board, "categories")
     o = cats[cats["category"] == "overall"].set_index("run_id")
-    assert o.loc["good", "rank"] == 1 and o.loc["bad", "rank"] == 3
-    assert o.loc["bad", "rank_lo"] >= 2 and o.loc["good", "rank_hi"] <= 2  # clearly apart at this skill gap
-    assert o.loc["g3", "rank"] == o.loc["g3", "rank_lo"] == o.loc["g3", "rank_hi"] == 1  # alone in its group
+    assert o.loc["good", "rank"] == 1 and o.loc["bad", "rank"] == 4
+    assert o.loc["bad", "rank_lo"] >= 3 and o.loc["good", "rank_hi"] <= 2  # clearly apart at this skill gap
     assert (o["rank_lo"] <= o["rank"]).all() and (o["rank"] <= o["rank_hi"]).all()
     # the bootstrap unit is the prompt group: 6 binding twin pairs + 8 relation + 6 count prompts
     assert set(o["units"]) == {6 + 8 + 6}
     comp = _latest(board, "comparisons")
-    assert set(comp["group"]) == {"G1"}  # G2 has one run: nothing is compared across groups
+    assert set(comp["group"]) == {"G1"}  # one protocol: one group
     ov = comp[comp["category"] == "overall"].set_index(["a", "b"])
     assert ov.loc[("good", "bad"), "pairing"] == "prompt+seed"  # same seeds: images paired
     assert ov.loc[("good", "seed1"), "pairing"] == "prompt"  # other seeds: prompts paired
@@ -170,7 +198,10 @@ def test_a_changed_run_is_named_kept_and_read_again_with_refresh(own_runs, tmp_p
         assert (out / rec["path"]).is_file()
 
 
-def test_unknown_settings_separate_and_a_variant_is_ranked_beside_its_base(tmp_path, monkeypatch, capsys):
+def test_settings_are_ranked_and_strict_settings_keeps_them_apart(tmp_path, monkeypatch, capsys):
+    """A scheduler (a setting this version names) and a LoRA are ranked with the base model; the base and its
+    scheduler run are a settings study (one weights, two settings), the LoRA is another subject. With
+    --strict-settings, for ablations, the scheduler sets its run apart, the difference named."""
     base = reported_run(tmp_path / "base", skill=1.0, model="m")
     lora = reported_run(tmp_path / "lora", skill=0.9, model="m", loras=[{"path": "style.safetensors", "scale": 0.8}])
     sched = reported_run(tmp_path / "sched", skill=1.0, model="m", scheduler="EulerDiscreteScheduler")
@@ -178,10 +209,39 @@ def test_unknown_settings_separate_and_a_variant_is_ranked_beside_its_base(tmp_p
     code, stdout, _ = invoke(["board", base, lora, sched, "--out", out], monkeypatch, capsys)
     assert code == 0, stdout
     r = _latest(out, "runs").set_index("folder")
+    assert set(r["group"]) == {"G1"} and r["set_apart"].isna().all()
+    assert r.loc["sched", "scheduler"] == "EulerDiscreteScheduler"
+    assert "scheduler EulerDiscreteScheduler" in r.loc["sched", "settings"]
+    assert r.loc["base", "settings_study"] == r.loc["sched", "settings_study"] == "S1: m at scheduler"
+    assert pd.isna(r.loc["lora", "settings_study"])  # other weights: not a study of m
+    assert "style.safetensors" in r.loc["lora", "label"] and json.loads(r.loc["lora", "variant"])["loras"]
+    strict = tmp_path / "strict"
+    code, stdout, _ = invoke(["board", base, lora, sched, "--out", strict, "--strict-settings"], monkeypatch, capsys)
+    assert code == 0, stdout
+    r = _latest(strict, "runs").set_index("folder")
     assert r.loc["base", "group"] == r.loc["lora", "group"] == "G1" != r.loc["sched", "group"]
     assert r.loc["sched", "set_apart"] == "scheduler EulerDiscreteScheduler (G1: —)"
-    assert r.loc["sched", "scheduler"] == "EulerDiscreteScheduler"
-    assert "style.safetensors" in r.loc["lora", "label"] and json.loads(r.loc["lora", "variant"])["loras"]
+    assert _index(strict)["strict_settings"] is True
+    assert "made with <code>--strict-settings</code>" in (strict / "index.html").read_text()
+    code, stdout, _ = invoke(["board", "--out", strict], monkeypatch, capsys)  # kept once chosen
+    assert code == 0 and "set apart from G1: scheduler EulerDiscreteScheduler (G1: —)" in stdout
+
+
+def test_a_run_without_a_pipeline_ranks_like_any_other(tmp_path, monkeypatch, capsys):
+    """Images from elsewhere (the manifest's model card records kind and target, t2i_audit/sources): ranked in
+    the group of its protocol, its source shown among its settings, its target (a local folder) not published."""
+    base = reported_run(tmp_path / "base", skill=1.0, model="m")
+    ext = reported_run(tmp_path / "ext", skill=0.6, model="hosted-x")
+    manifest = json.loads((ext / "manifest.json").read_text())
+    manifest["model"].update(kind="folder", target="/home/someone/private/images")
+    (ext / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "board"
+    code, stdout, _ = invoke(["board", base, ext, "--out", out], monkeypatch, capsys)
+    assert code == 0, stdout
+    r = _latest(out, "runs").set_index("folder")
+    assert set(r["group"]) == {"G1"} and r["rank"].notna().all()
+    assert r.loc["ext", "settings"].endswith("· source folder")
+    assert "/home/someone" not in (out / "board.json").read_text() + (out / "index.html").read_text()
 
 
 def test_another_judge_revision_sets_a_run_apart(tmp_path, monkeypatch, capsys):
@@ -242,3 +302,36 @@ def test_a_moved_run_is_recognised_by_its_files(own_runs, tmp_path, monkeypatch,
     assert [e["id"] for e in index["runs"]] == ["good", "bad"]
     assert index["runs"][1]["path"] == "../elsewhere"  # kept relative to the board: they move together
     assert len(index["snapshots"]) == 1  # nothing new was read
+
+
+def test_board_groups_and_compares_differences_are_one_rule():
+    """Over every pair of a set of entries that differ in one thing each: the board ranks two runs together exactly
+    when `compare` (rule_differences) finds no protocol difference — and, with --strict-settings, no difference at
+    all. Settings never split the leaderboard; the protocol always does."""
+    from itertools import combinations
+
+    from t2i_audit.board.settings import groups, rule_differences
+
+    judge = {"clip-foil": {"model": "c", "revision": "0", "protocol": "t2i-audit"}}
+    base = {"config": {**SETTINGS, "images_per_prompt": 2}, "model": {"name": "m"}, "suites": ["colors@1"],
+            "judges": judge}
+    variants = {"base": base,
+                "steps": {**base, "config": {**base["config"], "steps": 2}},
+                "guidance": {**base, "config": {**base["config"], "guidance": 3}},
+                "source": {**base, "model": {"name": "m2", "kind": "folder"}},
+                "lora": {**base, "config": {**base["config"], "loras": [{"path": "x.safetensors", "scale": 1}]}},
+                "n3": {**base, "config": {**base["config"], "images_per_prompt": 3}},
+                "suite": {**base, "suites": ["spatial@1"]},
+                "judge": {**base, "judges": {"clip-foil": {**judge["clip-foil"], "revision": "1"}}},
+                "seed": {**base, "config": {**base["config"], "seed": 5, "device": "cuda"}}}
+    entries = [{**e, "id": k} for k, e in variants.items()]
+    for strict in (False, True):
+        group_of = {e["id"]: g.name for g in groups(entries, strict_settings=strict) for e in g.entries}
+        for a, b in combinations(entries, 2):
+            d = rule_differences(a, b)
+            apart = bool(d["protocol"] or (strict and d["settings"]))
+            assert (group_of[a["id"]] != group_of[b["id"]]) == apart, (strict, a["id"], b["id"], d)
+    loose = {e["id"]: g.name for g in groups(entries) for e in g.entries}
+    assert len({loose[k] for k in ("base", "steps", "guidance", "source", "lora", "seed")}) == 1
+    assert len({loose[k] for k in ("base", "n3", "suite", "judge")}) == 4
+    assert rule_differences(variants["base"], variants["steps"])["settings"] == ["steps 2 (was 20)"]

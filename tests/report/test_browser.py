@@ -186,7 +186,8 @@ def board_page(tmp_path_factory):
         runs.append(make_run(base / name, prompts=prompts, skill=skill, model=f"model-{name}", probes=False,
                              config={**cfg, **over}))
         render_report(runs[-1], progress=False)
-    return build_board(base / "board", runs).page
+    # strict settings: guidance 3 sets "d" apart, so the page has two groups (a leaderboard would rank it in G1)
+    return build_board(base / "board", runs, strict_settings=True).page
 
 
 def test_board_page_loads_offline_and_sorts_by_category_and_failure_type(board_page, tmp_path):
