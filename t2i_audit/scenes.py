@@ -51,9 +51,14 @@ CONVERSE_ACTIONS = {"contain": ("spatial", "in")}
 
 
 def canonical_relation(family, name, inverse=None) -> tuple[str, str, str | None, bool]:
-    """(family, name, inverse, ends swapped) of a relation under one naming for every source: actions by
-    lemma, passives as actives, containment as ``in``, ``on`` as ``above`` (the module's docstring)."""
+    """(family, name, inverse, ends swapped) of a relation under one naming for every source: a spatial word by
+    the grammar's name for it (``importers.vocab.RELATIONS``: "under" is ``below``), actions by lemma,
+    passives as actives, containment as ``in``, ``on`` as ``above`` (the module's docstring)."""
+    from .importers.vocab import RELATIONS
+
     family, name, swapped = str(family), str(name), False
+    if family != "action" and name in RELATIONS:  # a source's surface word ("under", DSG's tuples) by its name
+        name, family, inverse = RELATIONS[name]
     if family == "action":
         from .importers.lexicon import action_lemma
 

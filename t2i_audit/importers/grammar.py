@@ -386,7 +386,9 @@ class Grammar:
         t = toks[i]
         for v in t.has("VERB"):
             # without a copula a caption's predicate may be a participle: "a vase sitting on a counter"
-            form = ({"VBG", "VBN"} if aux else {"VBD", "VBZ", "VBP", "VBG"}) & v.tags
+            # and a participle before "by" is a reduced passive ("a horse ridden by a man")
+            reduced = i + 1 < len(toks) and toks[i + 1].low == "by"
+            form = ({"VBG", "VBN"} if aux else {"VBD", "VBZ", "VBP", "VBG"} | ({"VBN"} if reduced else set())) & v.tags
             if not form:
                 continue
             parts = [(None, i + 1)]
