@@ -55,7 +55,11 @@ def corpus() -> tuple[dict, ...]:
     for f in sorted(FIXTURES.rglob("*")):
         if f.suffix in FORMAT_OF:
             records += _fixture_records(f)
+    shipped = set()
     for f in SUITE_FILES:
+        if f.read_bytes() in shipped:
+            continue  # prompts/ holds copies of the package's suites: a copy adds no prompt
+        shipped.add(f.read_bytes())
         seen: dict[str, int] = {}
         for r in expand_files([f]):
             seen[r["template"]] = seen.get(r["template"], 0) + 1
@@ -171,3 +175,24 @@ def test_each_block_of_the_scene_fixtures_is_one_scene(path):
         assert len({scenes.scene_key(r) for r in recs}) == 1, [r["text"] for r in recs]
         relation_qs = {q["text"] for r in recs for q in r["questions"] if q["kind"] == "relation"}
         assert not any(FRAME_WORD.search(t) for t in relation_qs), relation_qs
+
+
+# suite templates whose declared structure leaves out a relation their text states: the grammar's scene has it
+KNOWN_GAPS = {("textures", "two_objects"): "the template's expect declares no relation for its 'next to'"}
+
+
+def test_the_grammar_reads_every_suite_prompt_as_the_suites_own_scene(tmp_path):
+    """One scene whatever wrote the record: each suite prompt's text, imported through the T2I-CompBench
+    grammar, is the scene the suite built from its template — so "a photo of a cat chasing a dog" is the same
+    scene from the actions suite (relation "chasing") and from an importer (lemma "chase", frame dropped)."""
+    suite = list({r["text"]: r for r in corpus() if r.get("suite_version") != "import"}.values())
+    path = tmp_path / "complex_val.txt"
+    path.write_text("\n".join(r["text"] for r in suite) + "\n")
+    imported = import_prompts(path, "t2i-compbench")
+    assert [r["text"] for r in imported] == [r["text"] for r in suite]
+    differ = {}
+    for s, i in zip(suite, imported):
+        assert i["parsed"], (s["text"], i.get("parse_reason"))
+        if scenes.scene_key(s) != scenes.scene_key(i):
+            differ.setdefault((s["suite"], s["template"]), []).append(s["text"])
+    assert set(differ) == set(KNOWN_GAPS), {k: v[:2] for k, v in differ.items()}
