@@ -261,7 +261,8 @@ def test_shares_a_scene_sees_paraphrases_and_twins_across_prompt_sets():
 PRIMITIVES = {"grouped_folds", "GroupKFold", "GroupBootstrap", "cluster_bootstrap_ci", "paired_bootstrap",
               "auroc_ci", "auroc_diff_ci", "auroc_or_too_few", "control_labels", "decodability_many",
               "failure_prediction_many", "decodability", "failure_prediction", "bootstrap_ci", "oof", "fit_predict",
-              "export_probe", "decide", "nested", "stratified_spearman", "paired_bootstraps", "rank_intervals"}
+              "export_probe", "decide", "nested", "stratified_spearman", "paired_bootstraps", "rank_intervals",
+              "cluster_interval", "jackknife_t_interval", "pigeonhole_rows", "one_way_rows"}
 MAKERS = {"prompt_groups", "groups_by_id", "shares_a_scene", "layout", "units"}  # what a site's groups come from
 # MAKERS that are the package's own wrappers of scenes' functions, each checked to call them
 WRAPPERS = {"probes/studies/risks.py:layout", "track/curves.py:units"}
@@ -320,6 +321,8 @@ SITES = {
     "select/command.py:selection_summary": "makes",
     "stats.py:correlation": "a statistic's helper: points given by the caller",
     "stats.py:auroc_or_too_few": "a statistic's helper: groups given by the caller",
+    "stratified.py:stratified_spearman": "a statistic's helper: clusters (and a crossed factor) given by the caller",
+    "stratified.py:cluster_interval": "a statistic's helper: clusters given by stratified_spearman's caller",
 }
 
 
