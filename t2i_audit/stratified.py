@@ -157,7 +157,7 @@ def jackknife_t_interval(statistic: Callable[[np.ndarray], float], clusters: Seq
     half = float(student_t.ppf(0.5 + confidence / 2, g - 1)) * se
     return {"ci": [_r(full - half), _r(full + half)], "ci_se": _r(se),
             "ci_method": f"delete-one-cluster jackknife over {g} clusters, t({g - 1}) interval "
-                         f"(fewer than {MIN_BOOTSTRAP_CLUSTERS} clusters: a percentile bootstrap would be too narrow)"}
+                         f"(the small-cluster rule: a percentile bootstrap of so few clusters is too narrow)"}
 
 
 def pigeonhole_rows(a: np.ndarray, b: np.ndarray, rng) -> np.ndarray:
