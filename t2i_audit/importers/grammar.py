@@ -22,10 +22,17 @@ as the whole prompt (never a guessed relation). A determiner or number agrees wi
 and a verb needs a verb form of the lexicon, so "The red hat was on top of …" cannot make an
 object "red hat was" — "was" is no noun.
 
+A frame ("a photo of", "a close-up picture of", "an image of": :data:`.vocab.FRAMES` after at most an
+article and three words) that opens a prompt is no part of the scene: the grammar reads what follows, so
+"a photo of a dog to the left of a cat" asks "Is the dog to the left of the cat?", never about a photo.
+
 Meaning: each NP is an object (its attributes, other adjectives, count); ``NP REL NP`` (with or
 without a copula) is a spatial or depth relation; ``NP VERB NP`` and ``NP VERB PREP NP`` are
 agent–action–patient relations (family ``action``, asked with the "-ing" form of the verb, or the
-participle of a passive); any other verb phrase leaves its relational content to one whole-prompt
+participle after a copula); a passive with its agent ("a dog chased by a cat", "a dog is chased by a cat")
+is read as its active ("a cat chasing a dog": name the lemma, asked "Is the cat chasing the dog?"), except
+with a verb whose "by" says where (:data:`.vocab.LOCATIVE_BY_VERBS`: "a man sat by a tree"), asked as the
+whole prompt; any other verb phrase leaves its relational content to one whole-prompt
 question.
 """
 
@@ -37,11 +44,21 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator, Optional
 
 from . import lexicon
-from .vocab import (ARTICLES, COPULAS, FAMILY_ORDER, NUMBERS, PARTICLES, POSSESSIVES, PREPOSITIONS, PRONOUNS,
+from .vocab import (ARTICLES, COPULAS, FAMILY_ORDER, FRAMES, LOCATIVE_BY_VERBS, NUMBERS, PARTICLES, POSSESSIVES, PREPOSITIONS, PRONOUNS,
                     RELATIONS, SHADES, SMALL_CLAUSE_VERBS, CLAUSE_CONJUNCTIONS, QUANTIFIERS, RELATIVE_PRONOUNS, COMPOUND_NOUNS)
 
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'’\-]*|\d+(?::\d\d)?(?![\d:])|\S")
 _REL_WORDS = sorted((p.split() for p in RELATIONS), key=len, reverse=True)
+# up to three style words ("close-up", "black and white" is four: not a frame) that are no article, "and" or "of":
+# "a dog and a photo of a cat" opens with no frame
+_FRAME = re.compile(r"\s*(?:(?:a|an|the)\s+)?(?:(?!(?:a|an|the|and|of|with)\b)[\w'’-]+\s+){0,3}?(?:%s)\s+of\s+(?=\S)"
+                    % "|".join(FRAMES), re.IGNORECASE)
+
+
+def frame_end(text: str) -> int:
+    """Where the scene starts after an opening frame ("a photo of "): 0 without one."""
+    m = _FRAME.match(text)
+    return m.end() if m else 0
 
 
 MAX_TOKENS = 80         # longer lines are no benchmark prompt the grammar covers
@@ -95,7 +112,7 @@ class Grammar:
 
     # --- words ----------------------------------------------------------------------------
     def tokenize(self, text: str) -> list[Token]:
-        raw = [Token(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+        raw = [Token(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text, frame_end(text))]
         if raw and raw[-1].text == ".":
             raw = raw[:-1]
         toks, i = [], 0
@@ -369,7 +386,9 @@ class Grammar:
         t = toks[i]
         for v in t.has("VERB"):
             # without a copula a caption's predicate may be a participle: "a vase sitting on a counter"
-            form = ({"VBG", "VBN"} if aux else {"VBD", "VBZ", "VBP", "VBG"}) & v.tags
+            # and a participle before "by" is a reduced passive ("a horse ridden by a man")
+            reduced = i + 1 < len(toks) and toks[i + 1].low == "by"
+            form = ({"VBG", "VBN"} if aux else {"VBD", "VBZ", "VBP", "VBG"} | ({"VBN"} if reduced else set())) & v.tags
             if not form:
                 continue
             parts = [(None, i + 1)]
@@ -469,11 +488,17 @@ class Grammar:
                 else:
                     whole = True
                     continue
-                name = " ".join(x for x in (vp["verb"].lemma, vp["part"]) if x) + extra
-                full = " ".join(x for x in (text, vp["part"]) if x) + extra
+                lemma = vp["verb"].lemma
+                passive = extra == " by" and not vp["part"] and "VBN" in vp["verb"].tags
+                if passive and lemma in LOCATIVE_BY_VERBS:
+                    whole = True  # "sat by a tree": where, not who; no relation guessed
+                    continue
+                name = " ".join(x for x in (lemma, vp["part"]) if x) + ("" if passive else extra)
+                full = lexicon.progressive(lemma) if passive else " ".join(x for x in (text, vp["part"]) if x) + extra
                 for s in p["subj"]:
                     for o in targets:
-                        rels.append({"subject": idx(s), "object": idx(o), "name": name, "family": "action",
+                        a, b = (o, s) if passive else (s, o)  # the passive's agent is the active's subject
+                        rels.append({"subject": idx(a), "object": idx(b), "name": name, "family": "action",
                                      "text": full, "inverse": None, "span": (vp["tok"].start, vp["tok"].end)})
         for _, obj in p.get("subj_pps", ()):
             nps += obj

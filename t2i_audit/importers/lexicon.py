@@ -114,3 +114,13 @@ def progressive(lemma: str) -> Optional[str]:
 
 def known(word: str) -> bool:
     return bool(_lemmas(word))
+
+
+@lru_cache(maxsize=None)
+def action_lemma(name: str) -> str:
+    """One name per action whatever wrote it: the suites' "-ing" form ("chasing", "jumping over") and the
+    importers' lemma ("chase", "jump over") both become the lemma of the first word, the rest kept."""
+    head, _, rest = str(name).strip().lower().partition(" ")
+    readings = verbs(head)
+    lemma = next((v.lemma for v in readings if "VBG" in v.tags), readings[0].lemma if readings else head)
+    return f"{lemma} {rest}".strip()

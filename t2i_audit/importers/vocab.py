@@ -79,3 +79,12 @@ EXTRA_NOUNS = ("log", "gallery", "burger", "frisbee", "teddy", "keychain", "high
                "bookstand", "gemstone", "toolset", "showerhead", "reflection", "archway", "christmas",
                "zookeeper", "woodcarver", "sashimi", "pipette", "lifejacket", "cocoa", "bonsai", "ballgown",
                "alleyway", "crafter", "top")  # "top": the lexicon has it only as adjective and verb ("counter tops")
+
+# "a photo of …", "a close-up picture of …": the words that frame a prompt as a picture of a scene. A frame
+# is no object of the scene: the grammar reads the scene after it, so no question asks about "the photo"
+FRAMES = ("photo", "photograph", "picture", "image", "snapshot", "pic", "shot")
+# verbs whose "<participle> by X" says where, not who ("a man sat by a tree", "a car parked by a fence"): no
+# passive is read from them; the relation is asked as the whole prompt
+LOCATIVE_BY_VERBS = ("sit", "stand", "lie", "lay", "wait", "park", "stop", "rest", "stay", "walk", "run", "pass",
+                     "go", "lean", "place", "put", "set", "seat", "situate", "locate", "position", "leave", "hang",
+                     "line", "perch", "gather", "stack", "pile", "sleep", "play", "stroll", "float", "fly")
