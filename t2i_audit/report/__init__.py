@@ -90,6 +90,9 @@ def render_report(run_dir, *, out_dir=None, progress: bool = True, scorer: str |
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     data = load_run(rd, scorer)
     rd.read_summary()  # checked before anything is written: it is rewritten last, page and summary must agree
+    from ..sources.recording import recorded_refusals
+
+    recorded_refusals(rd)  # the page counts them: a damaged refusals.jsonl is refused before anything is written
     require_kind(rd.root, "run")  # summary.json and the manifest are written there too
     # RUN/report is part of the run; a folder of the user's choice must be new, empty, or a report of this run
     # (claimed like a run folder: another run's report is not replaced, a folder inside another run refused)

@@ -76,9 +76,11 @@ def finish_stage(run: RunDir, prompts: list[dict], images_per_prompt: int, *, ma
 def refusal_summary(run: RunDir) -> dict:
     """``{"n": N, "by_reason": {...}, "examples": [...]}`` of a run's refusals (reports: counted apart from
     composition failures, never scored)."""
-    from ..generate import _done_items
-
-    done = _done_items(run) if run.images.exists() or run.images_dir.exists() else {}
+    if not refusals_path(run).exists():  # a pipeline's run, or a source that refused nothing: nothing to read
+        return {"n": 0, "by_reason": {}, "examples": []}
+    # a refusal later made good has its image in images.jsonl (merged at the stage's end): the report reads the
+    # merged records, as it does for scoring, and never hashes the images again
+    done = {(r["prompt_id"], r["sample"]) for r in run.read_images()} if run.images.exists() else set()
     refused = [r for key, r in recorded_refusals(run).items() if key not in done]
     by: dict[str, int] = {}
     for r in refused:

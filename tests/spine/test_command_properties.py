@@ -54,7 +54,7 @@ class Case:
     reads: dict[str, set[str]] = field(default_factory=dict)
 
 
-RUN_READS = {"prompts", "images", "scores", "manifest", "summary", "calibration"}  # what a run's report reads
+RUN_READS = {"prompts", "images", "scores", "manifest", "summary", "calibration", "refusals"}  # what a run's report reads
 
 CASES: dict[str, Case] = {
     "run": Case(["run", "--model", "mini", "--prompts", "{prompts}", "--limit", "4", "-n", "1", "--stages", "prompts",
@@ -93,7 +93,7 @@ CASES: dict[str, Case] = {
     "report": Case(["report", "{run}", "--out", "{out}"], {"run": IN_DIR, "out": OUT_DIR}, {"run": "RUN"}, quick=True,
                    writes={"run", "out"}, reads={"run": RUN_READS}),
     "compare": Case(["compare", "{runs}", "@RUN2", "--out", "{out}"], {"runs": IN_DIR, "out": OUT_DIR},
-                    {"runs": "RUN"}, quick=True, writes={"out"}, reads={"runs": RUN_READS}),
+                    {"runs": "RUN"}, quick=True, writes={"out"}, reads={"runs": RUN_READS - {"refusals"}}),
     "board": Case(["board", "{runs}", "--out", "{out}"], {"runs": IN_DIR, "out": OUT_DIR}, {"runs": "REPORTED"},
                   quick=True, writes={"out"}, reads={"runs": {"prompts", "manifest", "scores", "calibration"}}),
     "mini train-judge": Case(["mini", "train-judge", "--smoke", "--out", "{out}"], {"out": OUT_DIR}, writes={"out"}),

@@ -51,13 +51,13 @@ FILE_OF = {"scores": "scores/mini-pixel.jsonl", "score-shard": "scores/shards/mi
            "activation-index": "activations/text_encoder/index.jsonl", "selection": "selection.jsonl",
            "early-risk": "probes/early_risk.jsonl", "failure-probe": "probes/failure_probe.json",
            "early-probes": "probes/early_probes.json", "prompts": "prompts.jsonl", "images": "images.jsonl",
-           "manifest": "manifest.json", "summary": "summary.json"}
+           "manifest": "manifest.json", "summary": "summary.json", "refusals": "refusals.jsonl"}
 MUTATE = {"scores": (("verdict",), "false"), "score-shard": (("verdict",), "false"), "images": (("sample",), -1),
           "image-shard": (("sha256",), 5), "prompts": (("questions",), "q0"), "summary": (("report",), "x"),
           "manifest": (("stages", "generate", "status"), "finished"), "activation-index": (("row",), "0"),
           "calibration": (("scorers", "clip-foil", "levels", "prompt", "color_binding", "accuracy"), math.nan),
           "failure-probe": (("pooling",), "max"), "early-probes": (("settings", "dtype"), "float8"),
-          "selection": (("risk",), math.nan), "early-risk": (("risk",), 1.5)}
+          "selection": (("risk",), math.nan), "early-risk": (("risk",), 1.5), "refusals": (("reason",), "nsfw")}
 
 
 def _records_of(kind: str, run: Path) -> list[dict]:

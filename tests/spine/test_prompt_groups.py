@@ -307,7 +307,6 @@ SITES = {
     "track/curves.py:load_points": "calls the track's own decodability (a name match), grouped in _fit_sources",
     "track/curves.py:_fit_sources": "makes",
     "track/curves.py:fit_source": "receives _fit_sources' groups (units)",
-    "track/curves.py:success_rows": "makes",
     "track/timing.py:crossing": "receives summarize's groups (curves.units)",
     "track/timing.py:rise_lead": "receives summarize's groups (curves.units)",
     "report/probes_view.py:probes_section": "reads stored results (names only: no grouping)",
