@@ -44,7 +44,7 @@ PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.repor
 
 @app.command()
 def run(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo[@rev] or a local pipeline folder."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo\\[@rev] or a local pipeline folder."),
     prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s), or PromptRecords .jsonl (`prompts import`)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A run.yaml to rerun; other options override it."),
     limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),

@@ -1,0 +1,72 @@
+"""What the user sees, over every command the Typer app registers (sub-apps and the stage packages' ``register(app)``
+commands included, so a command added later is held to the same properties):
+
+* every ``--help`` page renders through typer's rich console (help text is rich markup there: a bracket such as
+  ``[/file.safetensors]`` is read as a closing tag and crashes the page; ``[@rev]`` silently vanishes), in a narrow
+  and a wide terminal, exit 0, and shows every option's help as its author wrote it;
+* a bad call (an option the command does not have, a missing argument) ends in one message naming the place, no
+  traceback.
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+import pytest
+import typer
+
+from t2i_audit import cli
+
+from .test_command_properties import COMMANDS, invoke
+
+BOX = re.compile(r"[\u2500-\u257f]")  # rich's panel borders
+
+
+def _plain(text: str) -> str:
+    """Words only: panel borders gone and every run of whitespace one space (rich wraps at spaces)."""
+    return " ".join(BOX.sub(" ", text).split())
+
+
+def _meant(help_text: str) -> str:
+    """A help string as its author meant it read: rich markup escapes (``\\[``) shown as the bracket."""
+    return _plain(help_text.replace("\\[", "["))
+
+
+def _help_pages() -> list:
+    names = [""] + sorted({" ".join(n.split()[:i]) for n in COMMANDS for i in range(1, len(n.split()) + 1)})
+    return [pytest.param(n, id=n.replace(" ", "-") or "t2i-audit") for n in names]
+
+
+def _click_command(name: str):
+    cmd = typer.main.get_command(cli.app)
+    for part in name.split():
+        cmd = cmd.commands[part]
+    return cmd
+
+
+@pytest.mark.parametrize("columns", [60, 200])
+@pytest.mark.parametrize("name", _help_pages())
+def test_every_help_page_renders(name, columns, tmp_path, monkeypatch, capsys):
+    code, out = invoke([*name.split(), "--help"], tmp_path, monkeypatch, capsys, columns=columns)
+    assert code == 0, f"`t2i-audit {name} --help` at {columns} columns: {code!r}\n{out[-2000:]}"
+    assert "Traceback" not in out and "Usage" in out, out
+    if columns < 200:  # a narrow terminal folds long words; the words are checked in the wide one
+        return
+    page = _plain(out)
+    cmd = _click_command(name)
+    if cmd.help:  # the command's own text, its first paragraph
+        assert _meant(cmd.help.split("\n\n")[0]) in page, f"`{name} --help` does not show its description"
+    for p in cmd.params:
+        text = getattr(p, "help", None)
+        if text and not (isinstance(p, click.Option) and p.name == "help"):
+            assert _meant(text) in page, f"`{name} --help` does not show {'/'.join(p.opts)}'s help as written:\n" \
+                                         f"{_meant(text)}\n---\n{page}"
+
+
+def test_help_shows_the_lora_syntax_with_its_brackets(tmp_path, monkeypatch, capsys):
+    """The page a LoRA user reads: the optional revision and file, brackets and all."""
+    code, out = invoke(["run", "--help"], tmp_path, monkeypatch, capsys, columns=200)
+    assert code == 0, out
+    assert "hf:org/repo[@rev][/file.safetensors]" in _plain(out)
+    assert "hf:org/repo[@rev] or a local pipeline folder" in _plain(out)
