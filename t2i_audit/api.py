@@ -313,6 +313,7 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         card = check_variant(card, variant)
     device = resolve_device(cfg.device)
     state = process_state(device)  # created once; every stage shares its work between processes
+    preflight(cfg, card, records, device, progress=progress and state.is_main_process)
     run = RunDir(cfg.out or default_run_dir(cfg, card))
     # a new or empty folder, or a run this command made with these settings: never write over someone's files
     claim_output_dir(run.root, "run", command="run",
@@ -349,6 +350,23 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
                 # each category's verdicts come from its deciding scorer (t2i_audit.deciding)
                 report_stage(run, progress=progress)
     return run.root
+
+
+def preflight(cfg: RunConfig, card, records: list[dict], device: str, *, progress: bool = True) -> None:
+    """Before anything is written: the judges the score stage will use can load, and the dtype the generate stage
+    will run in is said where it is not the one asked for (t2i_audit/preflight.py)."""
+    from . import preflight as pf
+
+    say = pf.printer(progress)
+    if "generate" in cfg.stages and card.has_pipeline:
+        note = pf.dtype_notice(resolved_settings(cfg, card)["dtype"], device)
+        if note and say is not None:
+            say(note)
+    mod = _stage_module("scorers") if "score" in cfg.stages else None
+    if mod is not None:
+        chosen = chosen_scorers(cfg, card)
+        names = chosen if chosen is not None else mod.default_scorers({r["category"] for r in records}, tiny=card.tiny)
+        pf.check_judges(names, device=device, say=say)
 
 
 GPU_SCORE_BATCH = 16  # images a judge sees per forward on an accelerator (scorers/stage.py DEFAULT_BATCH_SIZE)

@@ -107,7 +107,7 @@ def effective_dtype(dtype: str, device: str) -> tuple[str, Optional[str]]:
     if dtype not in DTYPES:
         raise AuditError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     if device == "cpu" and dtype == "float16":
-        return "float32", "float16 is not supported for diffusion on CPU; used float32"
+        return "float32", "float16 does not run diffusion on CPU: float32 is used (--dtype float32 asks for it)"
     return dtype, None
 
 

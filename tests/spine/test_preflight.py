@@ -1,0 +1,73 @@
+"""Preflight: what a run will need later is found missing before the first image, with the fix in options the
+command takes (t2i_audit/preflight.py). Real paths: a tiny pipeline folder (a non-tiny card, so the default judges
+are the real ones), the real entry point, offline (tests/conftest.py sets HF_HUB_OFFLINE)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .test_command_properties import invoke
+
+
+@pytest.fixture(scope="module")
+def pipeline_folder():
+    from t2i_audit.tiny import materialize
+
+    return materialize("tiny-sd")  # a diffusers folder like a user's: its card is not tiny, its dtype float16
+
+
+def test_a_judge_whose_weights_are_absent_offline_stops_the_run_before_any_image(pipeline_folder, tmp_path,
+                                                                                monkeypatch, capsys):
+    out = tmp_path / "run"
+    code, said = invoke(["run", "--model", str(pipeline_folder), "--prompts", "colors", "--limit", "2", "--out", str(out)],
+                        tmp_path, monkeypatch, capsys)
+    assert code == 2, said
+    assert "Traceback" not in said
+    # the default judge of a colour prompt, its weights, their size and why they cannot come
+    assert "qwen3-vl-8b needs Qwen/Qwen3-VL-8B-Instruct (about 17.5 GB)" in said, said
+    assert "HF_HUB_OFFLINE is set" in said
+    # the fixes are options of `run` itself (not `score`'s --model SCORER=PATH as the only way)
+    assert "--scorer NAME" in said and "--stages prompts,generate" in said
+    assert not out.exists() or not any(out.rglob("*.png")), "images were generated before the refusal"
+    assert not out.exists(), "nothing is written before the check"
+
+
+def test_an_unknown_scorer_is_refused_before_any_image(pipeline_folder, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    code, said = invoke(["run", "--model", str(pipeline_folder), "--prompts", "colors", "--limit", "2",
+                         "--scorer", "qwen3-vl-8", "--out", str(out)], tmp_path, monkeypatch, capsys)
+    assert code == 2, said
+    assert "unknown scorer 'qwen3-vl-8'" in said and "qwen3-vl-8b" in said  # with what was meant
+    assert not out.exists()
+
+
+def test_float16_on_cpu_is_said_up_front_and_recorded(pipeline_folder, tmp_path, monkeypatch, capsys):
+    """The folder's dtype is float16; on CPU the run uses float32 and says so before generating (and -q hides it)."""
+    from t2i_audit.rundir import RunDir
+
+    argv = ["run", "--model", str(pipeline_folder), "--prompts", "colors", "--limit", "2", "--steps", "2",
+            "--device", "cpu", "--stages", "prompts,generate", "--scorer", "mini-pixel"]
+    code, said = invoke([*argv, "--out", str(tmp_path / "a")], tmp_path, monkeypatch, capsys)
+    assert code == 0, said
+    first = said.index("float16 does not run diffusion on CPU: float32 is used")
+    assert first < said.index("generate tiny-sd"), said  # before the generate stage's bar
+    gen = RunDir(tmp_path / "a").read_manifest()["stages"]["generate"]
+    assert gen["dtype"] == "float32" and "float32 is used" in gen["dtype_note"]
+    code, said = invoke([*argv, "--out", str(tmp_path / "b"), "-q"], tmp_path, monkeypatch, capsys)
+    assert code == 0 and "float32 is used" not in said, said
+
+
+def test_judge_weights_are_read_from_the_cards():
+    """What the check looks for: a VLM's repo; an open_clip tag's Hub repo; a shipped judge's file; none for tiny
+    judges and judges without weights."""
+    from t2i_audit.preflight import judge_weights
+    from t2i_audit.scorers.registry import load_cards
+
+    cards = load_cards()
+    assert [w.repo for w in judge_weights(cards["qwen3-vl-8b"])] == ["Qwen/Qwen3-VL-8B-Instruct"]
+    geneval = judge_weights(cards["geneval"])
+    assert geneval[0].repo == "facebook/mask2former-swin-small-coco-instance"
+    assert geneval[1].backend == "open_clip" and geneval[1].repo == "timm/vit_large_patch14_clip_224.openai"
+    (mini,) = judge_weights(cards["mini-judge"])
+    assert mini.path.endswith("model.safetensors")
+    assert judge_weights(cards["tiny-clip"]) == [] and judge_weights(cards["mini-pixel"]) == []
