@@ -146,7 +146,9 @@ def load_pipeline(card: ModelCard, device: str, dtype: str, *, offload: Optional
     try:
         pipe = DiffusionPipeline.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
-        raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {e}") from None
+        from .quiet import library_message
+
+        raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {library_message(e)}") from None
     pipe.set_progress_bar_config(disable=True)
     if card.adapted.loras:  # on the CPU copy, before placement (offload hooks and devices follow the loaded layers)
         from .variants.load import apply_loras
@@ -392,6 +394,8 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
         if plan_note and progress:
             print(f"[generate] {plan_note}", file=sys.stderr)
     t_load = time.perf_counter()
+    if progress and state.is_main_process and any(_missing(b, done) for b in plan):  # a large model loads for minutes
+        print(f"[generate] loading {card.name} ({dtype} on {device})", file=sys.stderr, flush=True)
     pipe = load_pipeline(card, device, dtype, offload=s.offload, vae_tiling=s.vae_tiling) \
         if any(_missing(b, done) for b in plan) else None
     load_seconds = time.perf_counter() - t_load

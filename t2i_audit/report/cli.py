@@ -51,6 +51,10 @@ def register(app: typer.Typer) -> None:
                                  "(0.05 = 5 points)")
         page, summary = compare_with_summary(list(runs), out, allow_different_suites=allow_different_suites,
                                              scorer=scorer, seed=seed)
+        from ..results_table import compare_lines
+
+        for line in compare_lines(summary):  # the numbers of the page, on the terminal (compare.json)
+            typer.echo(line)
         typer.echo(str(page))
         if fail_on_drop is None:
             return

@@ -103,6 +103,7 @@ def run_track(output_dir: Path | str, cfg: TrackConfig, *, progress: bool = True
         ix.save_index(root, index)
         from .page import write_track_page
 
+        _say(progress, f"page: decodability probes ({cfg.folds}-fold) and success curves of every audited checkpoint")
         write_track_page(root, chance=cfg.chance, folds=cfg.folds, progress=progress)
     return root
 
@@ -164,6 +165,8 @@ def audit_one(root: Path, cfg: TrackConfig, entry: ix.Entry, records: list[dict]
 
     run_dir = run_audit(cfg.run_config(entry, root), progress=progress)
     if cfg.denoiser_samples:
+        _say(progress, f"{entry.label}: denoiser states of {cfg.denoiser_samples} replays per prompt on fresh seeds "
+                       f"({len(records)} prompts; the decodability curves read them)")
         entry.activations = f"activations/{ix.folder_name(entry.label)}"
         card = resolve_model(cfg.model).with_variant(loras=entry.loras, components=entry.components)
         capture_for(run_dir, root / entry.activations, cfg, records, card)
