@@ -285,6 +285,34 @@ def _register_plugins() -> None:
 _register_plugins()
 
 
+def _checked_device(value: Optional[str]) -> Optional[str]:
+    """A ``--device`` torch does not know (``tpu``), or one this machine lacks, refused when the call is parsed —
+    before any folder is made (torch's RuntimeError used to come from deep inside a pipeline)."""
+    if value in (None, "", "auto"):
+        return value
+    from .generate import check_device
+
+    return check_device(value)
+
+
+def _check_device_options(typer_app: typer.Typer) -> None:
+    """Every command's ``--device`` option, sub-apps and plugin commands included (so a new command is held to
+    it), gets :func:`_checked_device` — unless it has a callback of its own."""
+    import inspect
+
+    for info in typer_app.registered_commands:
+        for p in inspect.signature(info.callback).parameters.values():
+            opt = p.default
+            if isinstance(opt, typer.models.OptionInfo) and opt.callback is None and \
+                    "--device" in (opt.param_decls or ("--" + p.name.replace("_", "-"),)):
+                opt.callback = _checked_device
+    for group in typer_app.registered_groups:
+        _check_device_options(group.typer_instance)
+
+
+_check_device_options(app)
+
+
 def main() -> None:
     from .oserrors import first_actionable
     from .ownership import command_scope

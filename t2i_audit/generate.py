@@ -97,8 +97,22 @@ def resolve_device(device: str) -> str:
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return "mps"
         return "cpu"
+    return check_device(device)
+
+
+def check_device(device: str) -> str:
+    """``device`` when torch knows it and this machine has it; else AuditError before any work (torch's own
+    RuntimeError came from deep inside the pipeline, after the run folder was made)."""
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise AuditError(f"--device {device}: not a device (auto | cpu | cuda | cuda:N | mps)") from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise AuditError(f"--device {device}: CUDA is not available on this machine (use cpu or auto)")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise AuditError(f"--device {device}: MPS is not available on this machine (use cpu or auto)")
     return device
 
 

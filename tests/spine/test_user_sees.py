@@ -18,7 +18,7 @@ import typer
 
 from t2i_audit import cli
 
-from .test_command_properties import COMMANDS, invoke
+from .test_command_properties import CASES, COMMANDS, _argv, _params, invoke, world  # noqa: F401 (world: fixture)
 
 BOX = re.compile(r"[\u2500-\u257f]")  # rich's panel borders
 
@@ -70,3 +70,35 @@ def test_help_shows_the_lora_syntax_with_its_brackets(tmp_path, monkeypatch, cap
     assert code == 0, out
     assert "hf:org/repo[@rev][/file.safetensors]" in _plain(out)
     assert "hf:org/repo[@rev] or a local pipeline folder" in _plain(out)
+
+
+# ------------------------------------------------------------------ bad calls: one located message
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_an_unknown_option_is_one_located_message(name, tmp_path, monkeypatch, capsys):
+    code, out = invoke([*name.split(), "--no-such-option"], tmp_path, monkeypatch, capsys)
+    assert code == 2, f"{name}: {code!r}\n{out}"
+    assert "Traceback" not in out and "No such option: --no-such-option" in out, out
+
+
+def _device_commands() -> list:
+    out = []
+    for name, case in CASES.items():
+        if any("--device" in p.decls for p in _params(COMMANDS[name])):
+            out.append(pytest.param(name, id=name.replace(" ", "-")))
+    return out
+
+
+@pytest.mark.parametrize("name", _device_commands())
+def test_a_device_torch_does_not_know_is_refused_by_name(name, world, tmp_path, monkeypatch, capsys):
+    """``--device tpu``: torch's RuntimeError came from inside the pipeline, after the run folder was made."""
+    argv = [a for a in _argv(CASES[name], world, tmp_path)]
+    if "--device" in argv:  # the case's own --device replaced
+        i = argv.index("--device")
+        del argv[i:i + 2]
+    code, out = invoke([*argv, "--device", "tpu"], tmp_path, monkeypatch, capsys)
+    assert not isinstance(code, BaseException), f"{name}: a traceback reached the user: {code!r}\n{out}"
+    assert code == 2, f"{name}: exit {code}\n{out}"
+    assert "error: --device tpu: not a device" in out, out
+    assert not list(tmp_path.glob("new-*")), "a refused call made its output"
