@@ -102,3 +102,68 @@ def test_a_device_torch_does_not_know_is_refused_by_name(name, world, tmp_path, 
     assert code == 2, f"{name}: exit {code}\n{out}"
     assert "error: --device tpu: not a device" in out, out
     assert not list(tmp_path.glob("new-*")), "a refused call made its output"
+
+
+# ------------------------------------------------------------------ numbers on the terminal, progress, no noise
+
+
+def test_compare_ends_with_its_numbers(world, tmp_path, monkeypatch, capsys):
+    """Not only the page's path: the ranking with its CIs and success per category, the numbers of compare.json."""
+    import json
+
+    out = tmp_path / "cmp"
+    code, said = invoke(["compare", str(world["RUN"]), str(world["RUN2"]), "--out", str(out)], tmp_path, monkeypatch,
+                        capsys)
+    assert code == 0, said
+    summary = json.loads((out / "compare.json").read_text())
+    lines = said.splitlines()
+    assert any(line.split()[:3] == ["rank", "model", "success"] for line in lines), said
+    for r in summary["ranking"]:
+        row = [line for line in lines if f" {r['model']} " in f" {line} " and "[" in line]
+        assert row and f"{r['rate']:.1%} [{r['lo']:.1%}, {r['hi']:.1%}]" in row[0], (r, said)
+    for cat, by_model in summary["category_rates"].items():
+        (row,) = [line for line in lines if line.split()[:1] == [cat]]
+        for m in summary["models"]:
+            assert f"{by_model[m]['rate']:.1%} of {by_model[m]['n']}" in row, (cat, m, said)
+
+
+def test_calibrate_says_what_it_bootstraps_and_q_hides_it(world, tmp_path, monkeypatch, capsys):
+    argv = ["calibrate", str(world["RUN"]), "--labels", str(world["LABELS"]), "--bootstrap", "10"]
+    code, said = invoke(argv, tmp_path, monkeypatch, capsys)
+    assert code == 0, said
+    assert "[calibrate] vqa-blip: agreement on 13 labels" in said and "10 bootstrap resamples each" in said, said
+    monkeypatch.setattr("sys.argv", ["t2i-audit", *argv, "-q"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code in (0, None)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_degenerate_bootstrap_is_not_a_warning():
+    """scipy's DegenerateDataWarning ("The BCa confidence interval cannot be calculated") reached the terminal of
+    every command whose statistic was undefined on some resamples; the interval says so itself (NaN)."""
+    import warnings
+
+    import numpy as np
+
+    from t2i_audit.stats import bootstrap_ci
+
+    def corr(x, y):
+        return np.corrcoef(x, y)[0, 1]
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        lo, hi = bootstrap_ci(corr, [1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 1.0, 1.0])
+    assert np.isnan(lo) and np.isnan(hi)
+    assert [str(w.message) for w in seen] == []
+
+
+def test_a_library_hint_that_points_nowhere_is_dropped():
+    """diffusers' load error ends "Please check out the root cause in the stacktrace above." — no stack trace is
+    shown (by design), so the sentence is dropped and the message kept."""
+    from t2i_audit.quiet import library_message
+
+    e = OSError("Cannot load model org/x: the model is not fully cached locally (no file) and an error occurred while "
+                "trying to fetch metadata from the Hub. Please check out the root cause in the stacktrace above.")
+    assert library_message(e) == ("Cannot load model org/x: the model is not fully cached locally (no file) and an "
+                                  "error occurred while trying to fetch metadata from the Hub.")
