@@ -109,15 +109,9 @@ def run(
 
 
 def _headline(run) -> Optional[str]:
-    """The report's headline as one line (summary.json), for `run` to end with; None before a report exists."""
-    try:
-        from .report.headline import headline_text
-        from .safeload import read_json
+    from .results_table import run_headline
 
-        summary = read_json(run.summary) if run.summary.exists() else {}
-    except (ModuleNotFoundError, AuditError):  # no report stage installed, or a damaged summary (verify names it)
-        return None
-    return headline_text(summary.get("report") if isinstance(summary, dict) else None)
+    return run_headline(run)
 
 
 @app.command("models")

@@ -31,6 +31,20 @@ def rate_ci(rate: Optional[float], lo: Optional[float], hi: Optional[float]) -> 
     return f"{pct(rate)} [{pct(lo)}, {pct(hi)}]" if lo is not None and hi is not None else pct(rate)
 
 
+def run_headline(run) -> Optional[str]:
+    """The report's headline as one line (RUN/summary.json), what ``run`` and ``report`` end with; None before a
+    report exists."""
+    try:
+        from .errors import AuditError
+        from .report.headline import headline_text
+        from .safeload import read_json
+
+        summary = read_json(run.summary) if run.summary.exists() else {}
+    except (ModuleNotFoundError, AuditError):  # no report stage installed, or a damaged summary (verify names it)
+        return None
+    return headline_text(summary.get("report") if isinstance(summary, dict) else None)
+
+
 def compare_lines(summary: dict) -> list[str]:
     """``compare``'s ranking (success with its CI, images, significant wins/losses) and success per category."""
     rank = table(["rank", "model", "success [95% CI]", "images", "wins", "losses"],

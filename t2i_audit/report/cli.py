@@ -25,6 +25,12 @@ def register(app: typer.Typer) -> None:
         from . import render_report
 
         page = render_report(run, out_dir=out, progress=not quiet, scorer=scorer)
+        from ..results_table import run_headline
+        from ..rundir import RunDir
+
+        line = run_headline(RunDir(run))  # its numbers, not only the page's path (as `run` ends)
+        if line:
+            typer.echo(f"headline: {line}")
         typer.echo(str(page))
 
     @app.command("compare")

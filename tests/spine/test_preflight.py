@@ -71,3 +71,17 @@ def test_judge_weights_are_read_from_the_cards():
     (mini,) = judge_weights(cards["mini-judge"])
     assert mini.path.endswith("model.safetensors")
     assert judge_weights(cards["tiny-clip"]) == [] and judge_weights(cards["mini-pixel"]) == []
+
+
+def test_a_missing_open_clip_is_found_before_any_image(pipeline_folder, tmp_path, monkeypatch, capsys):
+    """open_clip not importable (``sys.modules[name] = None`` is how Python marks a module that cannot be imported):
+    the open_clip judge is refused with the extra to install before generating, not after."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "open_clip", None)
+    out = tmp_path / "run"
+    code, said = invoke(["run", "--model", str(pipeline_folder), "--prompts", "colors", "--limit", "2",
+                         "--scorer", "clip", "--out", str(out)], tmp_path, monkeypatch, capsys)
+    assert code == 2, said
+    assert "clip: open_clip_torch is not installed: pip install 't2i-audit[open-clip]'" in said, said
+    assert not out.exists()

@@ -167,3 +167,18 @@ def test_a_library_hint_that_points_nowhere_is_dropped():
                 "trying to fetch metadata from the Hub. Please check out the root cause in the stacktrace above.")
     assert library_message(e) == ("Cannot load model org/x: the model is not fully cached locally (no file) and an "
                                   "error occurred while trying to fetch metadata from the Hub.")
+
+
+def test_report_ends_with_its_headline(world, tmp_path, monkeypatch, capsys):
+    """``report`` printed only the page's path; now the headline ``run`` ends with, from the summary just written."""
+    import json
+
+    from t2i_audit.report.headline import headline_text
+
+    code, said = invoke(["report", str(world["RUN"]), "--out", str(tmp_path / "rep"), "-q"], tmp_path, monkeypatch,
+                        capsys)
+    assert code == 0, said
+    summary = json.loads((world["RUN"] / "summary.json").read_text())
+    line = headline_text(summary["report"])
+    assert line and f"headline: {line}" in said.splitlines(), said
+    assert said.rstrip().endswith(str(tmp_path / "rep" / "index.html"))
