@@ -85,3 +85,47 @@ def test_a_missing_open_clip_is_found_before_any_image(pipeline_folder, tmp_path
     assert code == 2, said
     assert "clip: open_clip_torch is not installed: pip install 't2i-audit[open-clip]'" in said, said
     assert not out.exists()
+
+
+def test_judges_a_cpu_run_will_download_are_named_with_their_size(tmp_path):
+    """Online (a stand-in Hub on a real socket: huggingface_hub asks it for each repo's info), nothing cached: the
+    judges and what they download are said up front — in a process of its own, as the Hub's address is read when
+    huggingface_hub is imported."""
+    import http.server
+    import json
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    asked = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 — http.server's name
+            asked.append(self.path)
+            body = json.dumps({"id": self.path, "sha": "0" * 40, "siblings": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}", "HF_HUB_OFFLINE": "0",
+               "HF_HOME": str(tmp_path / "hf-home")}  # an empty cache
+        code = ("from t2i_audit.preflight import check_judges\n"
+                "check_judges(['qwen3-vl-8b', 'geneval'], device='cpu', say=print)\n")
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+    assert p.returncode == 0, p.stderr
+    assert "judges to download before scoring: qwen3-vl-8b (about 17.5 GB: Qwen/Qwen3-VL-8B-Instruct), geneval " \
+           "(about 2 GB: facebook/mask2former-swin-small-coco-instance + timm/vit_large_patch14_clip_224.openai)" \
+           in p.stdout, p.stdout
+    assert "--scorer NAME" in p.stdout
+    assert "/api/models/Qwen/Qwen3-VL-8B-Instruct/revision/main" in asked
