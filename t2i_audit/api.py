@@ -47,7 +47,7 @@ class RunConfig(BaseModel):
     seed: int = 0
     batch_size: int = Field(default=4, gt=0)
     device: str = "auto"
-    dtype: Optional[str] = None  # None: the model card's default
+    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = None  # None: the card's
     steps: Optional[int] = Field(default=None, gt=0)
     guidance: Optional[float] = None
     size: Optional[int] = Field(default=None, gt=0)

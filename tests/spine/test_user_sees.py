@@ -182,3 +182,33 @@ def test_report_ends_with_its_headline(world, tmp_path, monkeypatch, capsys):
     line = headline_text(summary["report"])
     assert line and f"headline: {line}" in said.splitlines(), said
     assert said.rstrip().endswith(str(tmp_path / "rep" / "index.html"))
+
+
+BAD_VALUES = {  # command → (the option, a value it does not take, what the message must name)
+    "run": ("--dtype", "float64", "dtype: Input should be 'float32', 'float16' or 'bfloat16'"),  # even without generate
+    "track": ("--dtype", "float64", "dtype: Input should be"),  # was each checkpoint "not audited", exit 0
+    "run-offload": ("--offload", "always", "offload"),
+    "run-stages": ("--stages", "prompts,paint", "unknown stage(s) paint"),
+    "calibrate": ("--per", "row", "--per must be prompt, question or both, not 'row'"),
+    "label": ("--n", "0", "--n must be positive, not 0"),
+    "board": ("--images", "sideways", "--images 'sideways'"),
+    "prompts import": ("--format", "csv", "unknown import format 'csv'"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(BAD_VALUES))
+def test_an_option_value_the_command_does_not_take_is_one_located_message(key, world, tmp_path, monkeypatch, capsys):
+    name = key.split("-")[0] if key.startswith("run") else key
+    flag, value, named = BAD_VALUES[key]
+    argv = _argv(CASES[name], world, tmp_path)
+    if flag in argv:
+        i = argv.index(flag)
+        del argv[i:i + 2]
+    if name == "calibrate":  # --per shapes the sheet --export-sheet writes
+        argv += ["--export-sheet", str(tmp_path / "sheet.csv")]
+    code, out = invoke([*argv, flag, value], tmp_path, monkeypatch, capsys)
+    assert not isinstance(code, BaseException), f"a traceback reached the user: {code!r}\n{out}"
+    assert code == 2, out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and named in errors[0], out
+    assert "Traceback" not in out
