@@ -352,7 +352,8 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     return run.root
 
 
-def preflight(cfg: RunConfig, card, records: list[dict], device: str, *, progress: bool = True) -> None:
+def preflight(cfg: RunConfig, card, records: list[dict], device: str, *, progress: bool = True,
+              command: str = "run") -> None:
     """Before anything is written: the judges the score stage will use can load, and the dtype the generate stage
     will run in is said where it is not the one asked for (t2i_audit/preflight.py)."""
     from . import preflight as pf
@@ -366,7 +367,7 @@ def preflight(cfg: RunConfig, card, records: list[dict], device: str, *, progres
     if mod is not None:
         chosen = chosen_scorers(cfg, card)
         names = chosen if chosen is not None else mod.default_scorers({r["category"] for r in records}, tiny=card.tiny)
-        pf.check_judges(names, device=device, say=say)
+        pf.check_judges(names, device=device, say=say, command=command)
 
 
 GPU_SCORE_BATCH = 16  # images a judge sees per forward on an accelerator (scorers/stage.py DEFAULT_BATCH_SIZE)

@@ -120,7 +120,7 @@ def check_judges(names: list[str], *, device: str, command: str = "run", say=Non
         elif fetch:
             downloads.append((name, card, fetch))
     if problems:
-        raise AuditError(f"{command}: a judge this run scores with cannot load, so nothing was generated:\n  "
+        raise AuditError(f"{command}: a judge it scores with cannot load, so nothing was generated:\n  "
                          + "\n  ".join(problems) + "\n" + _fixes(command))
     if downloads and say is not None and device == "cpu":
         said = ", ".join(f"{n} ({size_text(c)}: {' + '.join(w.repo for w in f)})" for n, c, f in downloads)
@@ -132,7 +132,8 @@ def _fixes(command: str) -> str:
     return ("fix: go online once (the weights are cached for later runs); or choose judges whose weights are here "
             f"with --scorer NAME (t2i-audit scorers lists them); or leave scoring out now (--stages prompts,generate) "
             "and score later with t2i-audit score RUN --model SCORER=PATH (a local copy of its weights)"
-            if command == "run" else "fix: go online once, or choose judges with --scorer NAME")
+            if command == "run" else "fix: go online once (the weights are cached for later runs), or choose judges "
+            "whose weights are here with --scorer NAME (t2i-audit scorers lists them)")
 
 
 def dtype_notice(dtype: str, device: str) -> Optional[str]:

@@ -129,3 +129,16 @@ def test_judges_a_cpu_run_will_download_are_named_with_their_size(tmp_path):
            in p.stdout, p.stdout
     assert "--scorer NAME" in p.stdout
     assert "/api/models/Qwen/Qwen3-VL-8B-Instruct/revision/main" in asked
+
+
+def test_track_stops_once_before_any_checkpoint(pipeline_folder, tmp_path, monkeypatch, capsys):
+    """Each checkpoint's run would fail the same check in turn ("not audited", exit 0): the track checks once."""
+    train = tmp_path / "train"
+    (train / "checkpoint-2").mkdir(parents=True)
+    out = tmp_path / "track"
+    code, said = invoke(["track", str(train), "--model", str(pipeline_folder), "--prompts", "colors", "--limit", "2",
+                         "--out", str(out)], tmp_path, monkeypatch, capsys)
+    assert code == 2, said
+    assert "qwen3-vl-8b needs Qwen/Qwen3-VL-8B-Instruct" in said and "not audited" not in said, said
+    assert "--scorer NAME" in said and "--stages" not in said  # track's own options
+    assert not out.exists()
