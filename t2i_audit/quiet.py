@@ -21,7 +21,7 @@ LIBRARIES = ("diffusers", "transformers", "peft")
 @contextlib.contextmanager
 def library_logs(level: int = logging.ERROR, names=LIBRARIES) -> Iterator[None]:
     """The libraries' loggers at ``level`` (warnings below it dropped) while the block runs; restored after."""
-    loggers = [logging.getLogger(n) for n in names]
+    loggers = [_configured(n) for n in names]
     before = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(max(level, lg.getEffectiveLevel()))
@@ -30,6 +30,17 @@ def library_logs(level: int = logging.ERROR, names=LIBRARIES) -> Iterator[None]:
     finally:
         for lg, lvl in zip(loggers, before):
             lg.setLevel(lvl)
+
+
+def _configured(name: str) -> logging.Logger:
+    """The library's root logger once the library has configured it: transformers and diffusers set its level on
+    their first log call, which would undo a level set before it."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"{name}.utils.logging")._get_library_root_logger()
+    except (ImportError, AttributeError):  # peft logs through the standard logging module
+        return logging.getLogger(name)
 
 
 @contextlib.contextmanager

@@ -147,6 +147,6 @@ def load_pipeline(folder: Path, dtype=None):
     from ..quiet import no_library_bars
 
     with no_library_bars():  # "Loading pipeline components" bars ignored -q
-        pipe = DiffusionPipeline.from_pretrained(str(folder), torch_dtype=dtype or torch.float32)
+        pipe = DiffusionPipeline.from_pretrained(str(folder), dtype=dtype or torch.float32)  # torch_dtype: deprecated
     pipe.set_progress_bar_config(disable=True)
     return pipe
