@@ -54,8 +54,8 @@ def compare_lines(summary: dict) -> list[str]:
     models = list(summary.get("models") or [])
     cats = summary.get("category_rates") or {}
     lines = [f"{summary.get('paired_images', 0)} paired images on {summary.get('shared_prompts', 0)} shared prompts; "
-             f"differences tested with {summary.get('correction', 'holm')} correction at alpha {summary.get('alpha', 0.05)}",
-             *rank]
+             f"differences tested with {summary.get('correction', 'holm')} correction "
+             f"at alpha {summary.get('alpha', 0.05)}", *rank]
     if cats and models:
         rows = [[c, *(_cell(cats[c].get(m)) for m in models)] for c in sorted(cats)]
         lines += ["", *table(["category", *models], rows, right=tuple(range(1, len(models) + 1)))]
@@ -82,8 +82,8 @@ def track_lines(summary: dict) -> list[str]:
     cr = summary.get("crossing")
     if cr:
         where = (f"step {cr['step']}" if cr.get("step") is not None else "no checkpoint yet")
-        lines.append(f"held-out success first above chance ({pct(cr.get('chance'))}, {summary.get('chance_from', '')}): "
-                     f"{where}")
+        lines.append(f"held-out success first above chance ({pct(cr.get('chance'))}, "
+                     f"{summary.get('chance_from', '')}): {where}")
     return lines
 
 

@@ -74,7 +74,8 @@ def push(board: Path, repo: str, *, private: bool = False, dry_run: bool = False
                          "(the board folder is complete and unchanged)") from None
     except HfHubHTTPError as e:  # an answer: a wrong or read-only token, a name taken by someone else …
         raise AuditError(f"--push-to-hub {repo}: the Hub refused ({_first_line(e)}); check the token's write access "
-                         "(hf auth whoami) and the repo name; the board folder is complete: push it again later") from None
+                         "(hf auth whoami) and the repo name; the board folder is complete: push it again "
+                         "later") from None
     except Exception as e:  # noqa: BLE001 — narrowed at once to the HTTP client's own errors
         if not _no_answer(e):
             raise
