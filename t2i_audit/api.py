@@ -367,7 +367,10 @@ def preflight(cfg: RunConfig, card, records: list[dict], device: str, *, progres
     if mod is not None:
         chosen = chosen_scorers(cfg, card)
         names = chosen if chosen is not None else mod.default_scorers({r["category"] for r in records}, tiny=card.tiny)
-        pf.check_judges(names, device=device, say=say, command=command)
+        run = RunDir(cfg.out or default_run_dir(cfg, card))  # a rerun whose scores are all written needs no judge
+        planned = {(r["id"], s) for r in records for s in range(cfg.images_per_prompt)}
+        pf.check_judges([n for n in names if not pf.scored_already(run, n, planned)], device=device, say=say,
+                        command=command)
 
 
 GPU_SCORE_BATCH = 16  # images a judge sees per forward on an accelerator (scorers/stage.py DEFAULT_BATCH_SIZE)

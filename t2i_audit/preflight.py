@@ -89,6 +89,23 @@ def _unreachable(w: Weights) -> Optional[str]:
     return None
 
 
+def scored_already(run, name: str, planned: set) -> bool:
+    """Every planned image of ``run`` (``(prompt id, sample)``) exists and ``name`` finished scoring it with its
+    current card: rerunning the command (offline, on another machine) loads no judge, so none is checked."""
+    if not run.images.is_file() or not run.scores(name).is_file():
+        return False
+    from .scorers.registry import create_scorer
+    from .scorers.stage import finished_keys
+
+    try:
+        by_key = {(r["prompt_id"], int(r.get("sample", 0))): r for r in run.read_images()}
+        if not planned <= set(by_key):
+            return False
+        return planned <= finished_keys(run.scores(name), create_scorer(name), by_key)
+    except AuditError:  # a damaged file: the score stage names it; the judge is checked meanwhile
+        return False
+
+
 def size_text(card: dict) -> str:
     gb = card.get("download_gb")
     return f"about {gb:g} GB" if isinstance(gb, (int, float)) else "size not stated on its card"

@@ -142,3 +142,22 @@ def test_track_stops_once_before_any_checkpoint(pipeline_folder, tmp_path, monke
     assert "qwen3-vl-8b needs Qwen/Qwen3-VL-8B-Instruct" in said and "not audited" not in said, said
     assert "--scorer NAME" in said and "--stages" not in said  # track's own options
     assert not out.exists()
+
+
+def test_a_rerun_whose_scores_are_written_checks_no_judge(tmp_path, monkeypatch, capsys):
+    """A finished run copied to a machine without the judge's weights can be rerun (to report again): the judges
+    whose scores are all written, with their current cards, are not checked; a new sample per prompt needs them."""
+    from t2i_audit import api
+    from t2i_audit.preflight import scored_already
+    from t2i_audit.rundir import RunDir
+
+    out = tmp_path / "run"
+    code, said = invoke(["run", "--model", "mini", "--prompts", "mini", "--limit", "2", "--scorer", "mini-pixel",
+                         "--stages", "prompts,generate,score", "--out", str(out), "-q"], tmp_path, monkeypatch, capsys)
+    assert code == 0, said
+    run = RunDir(out)
+    records = api.expand_suites(["mini"], 2, 0)
+    planned = {(r["id"], 0) for r in records}
+    assert scored_already(run, "mini-pixel", planned)
+    assert not scored_already(run, "mini-judge", planned)  # never scored with it
+    assert not scored_already(run, "mini-pixel", planned | {(records[0]["id"], 1)})  # -n 2: a new image to score
