@@ -122,11 +122,8 @@ def materialize(name: str, root: Path | None = None) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", suffix=".tmp", dir=root))
     try:
         t0 = time.perf_counter()
-        from ..quiet import library_logs, no_library_bars
-
-        with no_library_bars(), library_logs():  # a first run builds these: no "Writing model shards" bars
-            pipe = _build_pipeline(name, card)
-            pipe.save_pretrained(tmp, safe_serialization=True)
+        pipe = _build_pipeline(name, card)
+        pipe.save_pretrained(tmp, safe_serialization=True)
         _write_info(tmp, name, card, time.perf_counter() - t0)
         try:
             os.replace(tmp, target)
