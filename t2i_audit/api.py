@@ -50,7 +50,7 @@ class RunConfig(BaseModel):
     seed: int = 0
     batch_size: int = Field(default=4, gt=0)
     device: str = "auto"
-    dtype: Optional[str] = None  # None: the model card's default
+    dtype: Optional[Literal["float32", "float16", "bfloat16"]] = None  # None: the card's
     steps: Optional[int] = Field(default=None, gt=0)
     guidance: Optional[float] = None
     size: Optional[int] = Field(default=None, gt=0)
@@ -360,6 +360,7 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         state = process_state(device)  # created once; every stage shares its work between processes
     else:  # a hosted model's or a sampler's images alone: requests and files, no torch to import (seconds saved)
         device, state = ("cpu" if cfg.device == "auto" else cfg.device), OneProcess()
+    preflight(cfg, card, records, device, progress=progress and state.is_main_process)
     run = RunDir(cfg.out or default_run_dir(cfg, card))
     # a new or empty folder, or a run this command made with these settings: never write over someone's files
     claim_output_dir(run.root, "run", command="run",
@@ -416,6 +417,27 @@ class OneProcess:
 
     def wait_for_everyone(self) -> None:
         pass
+
+
+def preflight(cfg: RunConfig, card, records: list[dict], device: str, *, progress: bool = True,
+              command: str = "run") -> None:
+    """Before anything is written: the judges the score stage will use can load, and the dtype the generate stage
+    will run in is said where it is not the one asked for (t2i_audit/preflight.py)."""
+    from . import preflight as pf
+
+    say = pf.printer(progress)
+    if "generate" in cfg.stages and card.has_pipeline:
+        note = pf.dtype_notice(resolved_settings(cfg, card)["dtype"], device)
+        if note and say is not None:
+            say(note)
+    mod = _stage_module("scorers") if "score" in cfg.stages else None
+    if mod is not None:
+        chosen = chosen_scorers(cfg, card)
+        names = chosen if chosen is not None else mod.default_scorers({r["category"] for r in records}, tiny=card.tiny)
+        run = RunDir(cfg.out or default_run_dir(cfg, card))  # a rerun whose scores are all written needs no judge
+        planned = {(r["id"], s) for r in records for s in range(cfg.images_per_prompt)}
+        pf.check_judges([n for n in names if not pf.scored_already(run, n, planned)], device=device, say=say,
+                        command=command)
 
 
 GPU_SCORE_BATCH = 16  # images a judge sees per forward on an accelerator (scorers/stage.py DEFAULT_BATCH_SIZE)

@@ -44,7 +44,7 @@ PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.repor
 
 @app.command()
 def run(
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo[@rev], a local pipeline folder, endpoint:URL, openai:MODEL or python:module:function."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo\\[@rev], a local pipeline folder, endpoint:URL, openai:MODEL or python:module:function."),
     prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s), or PromptRecords .jsonl (`prompts import`)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A run.yaml to rerun; other options override it."),
     limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
@@ -118,15 +118,9 @@ def run(
 
 
 def _headline(run) -> Optional[str]:
-    """The report's headline as one line (summary.json), for `run` to end with; None before a report exists."""
-    try:
-        from .report.headline import headline_text
-        from .safeload import read_json
+    from .results_table import run_headline
 
-        summary = read_json(run.summary) if run.summary.exists() else {}
-    except (ModuleNotFoundError, AuditError):  # no report stage installed, or a damaged summary (verify names it)
-        return None
-    return headline_text(summary.get("report") if isinstance(summary, dict) else None)
+    return run_headline(run)
 
 
 @app.command("models")
@@ -292,6 +286,34 @@ def _register_plugins() -> None:
 
 
 _register_plugins()
+
+
+def _checked_device(value: Optional[str]) -> Optional[str]:
+    """A ``--device`` torch does not know (``tpu``), or one this machine lacks, refused when the call is parsed —
+    before any folder is made (torch's RuntimeError used to come from deep inside a pipeline)."""
+    if value in (None, "", "auto"):
+        return value
+    from .generate import check_device
+
+    return check_device(value)
+
+
+def _check_device_options(typer_app: typer.Typer) -> None:
+    """Every command's ``--device`` option, sub-apps and plugin commands included (so a new command is held to
+    it), gets :func:`_checked_device` — unless it has a callback of its own."""
+    import inspect
+
+    for info in typer_app.registered_commands:
+        for p in inspect.signature(info.callback).parameters.values():
+            opt = p.default
+            if isinstance(opt, typer.models.OptionInfo) and opt.callback is None and \
+                    "--device" in (opt.param_decls or ("--" + p.name.replace("_", "-"),)):
+                opt.callback = _checked_device
+    for group in typer_app.registered_groups:
+        _check_device_options(group.typer_instance)
+
+
+_check_device_options(app)
 
 
 def main() -> None:

@@ -98,8 +98,22 @@ def resolve_device(device: str) -> str:
         if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
             return "mps"
         return "cpu"
+    return check_device(device)
+
+
+def check_device(device: str) -> str:
+    """``device`` when torch knows it and this machine has it; else AuditError before any work (torch's own
+    RuntimeError came from deep inside the pipeline, after the run folder was made)."""
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError):
+        raise AuditError(f"--device {device}: not a device (auto | cpu | cuda | cuda:N | mps)") from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise AuditError(f"--device {device}: CUDA is not available on this machine (use cpu or auto)")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise AuditError(f"--device {device}: MPS is not available on this machine (use cpu or auto)")
     return device
 
 
@@ -108,7 +122,7 @@ def effective_dtype(dtype: str, device: str) -> tuple[str, Optional[str]]:
     if dtype not in DTYPES:
         raise AuditError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     if device == "cpu" and dtype == "float16":
-        return "float32", "float16 is not supported for diffusion on CPU; used float32"
+        return "float32", "float16 does not run diffusion on CPU: float32 is used (--dtype float32 asks for it)"
     return dtype, None
 
 
@@ -147,7 +161,9 @@ def load_pipeline(card: ModelCard, device: str, dtype: str, *, offload: Optional
     try:
         pipe = DiffusionPipeline.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
-        raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {e}") from None
+        from .quiet import library_message
+
+        raise AuditError(f"model {card.name!r}: cannot load pipeline from {path}: {library_message(e)}") from None
     pipe.set_progress_bar_config(disable=True)
     if card.adapted.loras:  # on the CPU copy, before placement (offload hooks and devices follow the loaded layers)
         from .variants.load import apply_loras
@@ -393,6 +409,8 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
         if plan_note and progress:
             print(f"[generate] {plan_note}", file=sys.stderr)
     t_load = time.perf_counter()
+    if progress and state.is_main_process and any(_missing(b, done) for b in plan):  # a large model loads for minutes
+        print(f"[generate] loading {card.name} ({dtype} on {device})", file=sys.stderr, flush=True)
     pipe = load_pipeline(card, device, dtype, offload=s.offload, vae_tiling=s.vae_tiling) \
         if any(_missing(b, done) for b in plan) else None
     load_seconds = time.perf_counter() - t_load

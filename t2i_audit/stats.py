@@ -7,6 +7,7 @@ shows comes with its interval and is reproducible. No torch here.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Sequence
 
 import numpy as np
@@ -29,7 +30,9 @@ def bootstrap_ci(statistic: Callable, *samples: Sequence, n_resamples: int = 100
     samples = tuple(np.asarray(s, dtype=float) for s in samples)
     if min(len(s) for s in samples) < 3:
         return _nan_pair()
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        # all resamples equal (every verdict the same): the interval is the point, not a problem to warn about
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         res = stats.bootstrap(samples, statistic, n_resamples=n_resamples, paired=paired,
                               vectorized=vectorized, confidence_level=confidence,
                               method="percentile", rng=_rng(seed))

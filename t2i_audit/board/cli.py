@@ -70,12 +70,12 @@ def register(app: typer.Typer) -> None:
         # (the help is the command's: board_help() below, the ranking rule in the words of settings.RULE)
         from ..errors import AuditError
         from .build import build_board
-        from .hub import check_repo, push
+        from .hub import check_push, push
 
         if dry_run and not push_to_hub:
             raise AuditError("--dry-run lists what --push-to-hub would send: give --push-to-hub REPO")
-        if push_to_hub:
-            check_repo(push_to_hub)
+        if push_to_hub:  # the token and offline mode checked before the build
+            check_push(push_to_hub, dry_run=dry_run)
         result = build_board(out, list(runs or []), refresh=refresh, allow_different_suites=allow_different_suites,
                              strict_settings=strict_settings,
                              images=images, title=title, seed=seed, progress=not quiet, repo=push_to_hub)

@@ -23,6 +23,25 @@ def check_repo(repo: str) -> str:
     return repo
 
 
+def check_push(repo: str, *, dry_run: bool = False) -> str:
+    """Before the board is built: the repo id is valid, and (unless ``dry_run``) the push can be tried at all — a
+    Hugging Face token exists and offline mode is off. What only the Hub can tell (a wrong token, no network) is
+    said after the build by :func:`push`, with the board folder complete."""
+    check_repo(repo)
+    if dry_run:
+        return repo
+    from huggingface_hub import constants, get_token
+
+    if constants.is_offline_mode():
+        raise AuditError(f"--push-to-hub {repo}: HF_HUB_OFFLINE is set, so nothing was sent; unset it to push, or add "
+                         "--dry-run to list what would be sent (nothing was built by this command)")
+    if not get_token():
+        raise AuditError(f"--push-to-hub {repo}: no Hugging Face token on this machine: log in with `hf auth login` "
+                         "or set HF_TOKEN (a token with write access), then run the same command again "
+                         "(nothing was built; --dry-run lists what would be sent)")
+    return repo
+
+
 def files_to_send(board: Path) -> list[tuple[str, int]]:
     """(path in the repo, bytes) of every file the push sends, sorted (a write's leftover ``.*.tmp`` is not)."""
     out = []
@@ -53,7 +72,28 @@ def push(board: Path, repo: str, *, private: bool = False, dry_run: bool = False
     except OfflineModeIsEnabled:
         raise AuditError(f"--push-to-hub {repo}: HF_HUB_OFFLINE is set, so nothing was sent; unset it to push "
                          "(the board folder is complete and unchanged)") from None
-    except (HfHubHTTPError, OSError, ValueError) as e:
-        raise AuditError(f"--push-to-hub {repo}: the Hub refused or could not be reached ({str(e).splitlines()[0]}); "
-                         "nothing is lost: the board folder is complete, push it again later") from None
+    except HfHubHTTPError as e:  # an answer: a wrong or read-only token, a name taken by someone else …
+        raise AuditError(f"--push-to-hub {repo}: the Hub refused ({_first_line(e)}); check the token's write access "
+                         "(hf auth whoami) and the repo name; the board folder is complete: push it again "
+                         "later") from None
+    except Exception as e:  # noqa: BLE001 — narrowed at once to the HTTP client's own errors
+        if not _no_answer(e):
+            raise
+        raise AuditError(f"--push-to-hub {repo}: the Hub could not be reached ({type(e).__name__}: {_first_line(e)}): "
+                         "check the network (or HF_ENDPOINT); nothing was sent and the board folder is complete: "
+                         "push it again later with the same command") from None
     return files
+
+
+# huggingface_hub's HTTP client has changed (requests, httpx, httpx2); its connection errors are not OSErrors
+HTTP_CLIENTS = ("httpx", "httpx2", "httpcore", "requests", "urllib3", "h11", "h2")
+
+
+def _no_answer(e: BaseException) -> bool:
+    """The Hub gave no answer: a connection, timeout or TLS error of the HTTP client, or of the OS."""
+    return isinstance(e, (OSError, ValueError)) or type(e).__module__.split(".")[0] in HTTP_CLIENTS
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else "no message"

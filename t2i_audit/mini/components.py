@@ -121,10 +121,12 @@ def save_pipeline(pipe, folder: Path) -> None:
 
     import torch
 
+    from ..quiet import library_logs, no_library_bars
     from ..rundir import staged_into
     from .tokenizer import save_tokenizer
 
-    unet16 = copy.deepcopy(pipe.unet).to(torch.float16)
+    with library_logs():  # diffusers warns "modules … should be kept in float32: []" (none): nothing to act on
+        unet16 = copy.deepcopy(pipe.unet).to(torch.float16)
     from diffusers import StableDiffusionPipeline
 
     out = StableDiffusionPipeline(vae=pipe.vae, text_encoder=pipe.text_encoder, tokenizer=pipe.tokenizer, unet=unet16,
@@ -132,7 +134,7 @@ def save_pipeline(pipe, folder: Path) -> None:
                                   requires_safety_checker=False)
     # staged inside the folder, then moved over the entries it names (card.json and any other
     # file there stay): nothing outside the folder, and nothing we did not write, is deleted
-    with staged_into(Path(folder)) as tmp:
+    with staged_into(Path(folder)) as tmp, no_library_bars():  # no "Writing model shards" bars under -q
         out.save_pretrained(str(tmp), safe_serialization=True)
         shutil.rmtree(tmp / "tokenizer", ignore_errors=True)
         save_tokenizer(pipe.tokenizer, tmp / "tokenizer")
@@ -142,6 +144,9 @@ def load_pipeline(folder: Path, dtype=None):
     import torch
     from diffusers import DiffusionPipeline
 
-    pipe = DiffusionPipeline.from_pretrained(str(folder), torch_dtype=dtype or torch.float32)
+    from ..quiet import no_library_bars
+
+    with no_library_bars():  # "Loading pipeline components" bars ignored -q
+        pipe = DiffusionPipeline.from_pretrained(str(folder), dtype=dtype or torch.float32)  # torch_dtype: deprecated
     pipe.set_progress_bar_config(disable=True)
     return pipe

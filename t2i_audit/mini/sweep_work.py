@@ -99,6 +99,7 @@ def model_lock(out: Path, name: str):
 
 def work(out: Path, cfg: SweepConfig, *, train: bool = True, evaluate: bool = True, log: Callable = print) -> None:
     """Every job of the sweep not done and not held by another worker, in model_jobs order."""
+    from ..quiet import library_logs
     from .sweep_eval import evaluate_model
     from .train_generator import train_generator
 
@@ -124,12 +125,14 @@ def work(out: Path, cfg: SweepConfig, *, train: bool = True, evaluate: bool = Tr
                     if msg.startswith("step") and int(msg.split()[1]) % 250 == 0:
                         log(f"{name}: {msg}")
 
-                card = train_generator(folder, gcfg, log=progress)
+                with library_logs():  # as below: the 8-token mini model's truncation warnings are by design
+                    card = train_generator(folder, gcfg, log=progress)
                 log(f"{name}: {card['steps']} steps, {card['cpu_seconds']} CPU s")
             if card is None or not evaluate or cached_eval(folder, cfg) is not None:
                 continue
             log(f"{name}: evaluating (24 prompts × {cfg.samples} samples)")
-            ev = evaluate_model(folder, cfg, cov, seed)
+            with library_logs():  # the mini model reads 8 tokens by design: the libraries' truncation warnings
+                ev = evaluate_model(folder, cfg, cov, seed)  # about its prompts are expected, not actionable
             atomic_write_text(folder / "sweep_eval.json", json.dumps({"key": eval_key(cfg), "eval": ev}))
 
 

@@ -157,9 +157,10 @@ def write_checkpoint(folder: Path, modules: dict, ema_modules: dict | None = Non
     ``text_encoder_ema/`` by the same rule. Staged inside ``OUT`` and renamed into place, so a reader never
     sees a half-written checkpoint of ours (training scripts that write in place are detected by
     ``t2i_audit.track.discover``)."""
+    from ..quiet import no_library_bars
     from ..rundir import staged_into
 
-    with staged_into(folder.parent) as stage:
+    with staged_into(folder.parent) as stage, no_library_bars():  # no "Writing model shards" bars under -q
         tmp = stage / folder.name
         for name, module in modules.items():
             module.save_pretrained(str(tmp / name), safe_serialization=True)

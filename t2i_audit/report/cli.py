@@ -22,6 +22,12 @@ def register(app: typer.Typer) -> None:
         from . import render_report
 
         page = render_report(run, out_dir=out, progress=not quiet, scorer=scorer)
+        from ..results_table import run_headline
+        from ..rundir import RunDir
+
+        line = run_headline(RunDir(run))  # its numbers, not only the page's path (as `run` ends)
+        if line:
+            typer.echo(f"headline: {line}")
         typer.echo(str(page))
 
     @app.command("compare", help="Compare models image by image (prompt id + sample) with paired bootstrap CIs. "
@@ -55,6 +61,10 @@ def register(app: typer.Typer) -> None:
         page, summary = compare_with_summary(list(runs), out, allow_different_suites=allow_different_suites,
                                              scorer=scorer, seed=seed,
                                              fixed_settings=fail_on_drop is not None and not allow_different_settings)
+        from ..results_table import compare_lines
+
+        for line in compare_lines(summary):  # the numbers of the page, on the terminal (compare.json)
+            typer.echo(line)
         typer.echo(str(page))
         if fail_on_drop is None:
             return

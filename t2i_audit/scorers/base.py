@@ -74,7 +74,8 @@ class Answer:
 
 def card_hash(card: Mapping) -> str:
     """Fingerprint of everything in a card that can change a record (not the description)."""
-    keep = {k: v for k, v in card.items() if k not in ("description", "measures", "_file", "known_agreement")}
+    keep = {k: v for k, v in card.items()
+            if k not in ("description", "measures", "_file", "known_agreement", "download_gb")}
     return hashlib.sha1(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

@@ -22,6 +22,7 @@ None and its reason under ``too_few``.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -219,7 +220,7 @@ def available_scorers(run_dir: RunDir) -> list[str]:
 
 def calibrate(run_dir: RunDir | str | Path, labels: Path | str, *, scorers: Iterable[str] | None = None,
               positive: float = 0.5, n_boot: int = 1000, seed: int = 0, fit_threshold: bool = False,
-              folds: int = 5, extra_cards: Iterable[str] = (), write: bool = True) -> dict:
+              folds: int = 5, extra_cards: Iterable[str] = (), write: bool = True, progress: bool = False) -> dict:
     """Agreement per scorer / level / category; optionally fit thresholds (see :mod:`.threshold`).
 
     Writes ``<run>/calibration/report.json`` (and, with ``fit_threshold``, calibrated card
@@ -255,12 +256,20 @@ def calibrate(run_dir: RunDir | str | Path, labels: Path | str, *, scorers: Iter
                 g[1].append(rec["value"])
                 g[2].append(row["label"])
                 g[3].append(group_of.get(row["key"][0], row["key"][0]))  # the prompt's group: what the CIs resample
+        if progress:  # the bootstraps take a while on thousands of labels: say what is being computed
+            print(f"[calibrate] {name}: agreement on {len(matched)} labels, "
+                  f"{sum(len(c) for c in groups.values())} level × category cells, {n_boot} bootstrap resamples each",
+                  file=sys.stderr, flush=True)
         res = {level: {cat: _metrics(*g, positive=positive, n_boot=n_boot, seed=seed,
                                      items="labelled images" if level == "prompt" else "labelled questions")
                        for cat, g in sorted(cats.items())} for level, cats in groups.items()}
         entry = {"matched": len(matched), "unmatched": len(rows) - len(matched), "levels": res}
         if fit_threshold:
             from .threshold import fit_and_save
+
+            if progress:
+                print(f"[calibrate] {name}: fitting its threshold by {folds}-fold grouped cross-validation",
+                      file=sys.stderr, flush=True)
 
             entry["threshold"] = fit_and_save(rd, name, matched, idx, positive=positive, folds=folds,
                                               seed=seed, extra_cards=extra_cards, write=write)

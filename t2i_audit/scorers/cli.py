@@ -146,6 +146,8 @@ def register(app: typer.Typer) -> None:
         bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the CIs."),
         card: Optional[List[Path]] = typer.Option(None, "--card", help="Extra scorer card YAML."),
         force: bool = typer.Option(False, "--force", help="Replace an existing file at --export-sheet (never done otherwise)."),
+        quiet: bool = typer.Option(False, "--quiet", "-q",
+                                   help="No progress lines while the agreements are bootstrapped."),
     ) -> None:
         """Agreement of scorers with labels (accuracy, Cohen's kappa, Kendall tau, Spearman rho, CIs).
 
@@ -172,7 +174,8 @@ def register(app: typer.Typer) -> None:
 
             before = deciding_scorers(run)
             rep = calibrate(run, labels, scorers=scorer, positive=positive, n_boot=bootstrap,
-                            fit_threshold=fit_threshold, folds=folds, extra_cards=[str(c) for c in card or []])
+                            fit_threshold=fit_threshold, folds=folds, extra_cards=[str(c) for c in card or []],
+                            progress=not quiet)
             from ..stats import shown, too_few
 
             if rep.get("merged"):

@@ -47,7 +47,9 @@ def resolve_device(device: str) -> str:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+    from ..generate import check_device  # a device torch does not know is refused by name, not traced
+
+    return check_device(device)
 
 
 def _image_key(rec: Mapping) -> tuple[str, int]:

@@ -443,7 +443,10 @@ def materialize(kind: str, root: Path | None = None) -> dict:
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{kind}.", dir=root))
     try:
-        KINDS[kind](tmp / "m", **({"name": "tiny-open-clip"} if kind == "open_clip" else {}))
+        from ..quiet import library_logs, no_library_bars
+
+        with no_library_bars(), library_logs():  # a first run builds these: no "Writing model shards" bars
+            KINDS[kind](tmp / "m", **({"name": "tiny-open-clip"} if kind == "open_clip" else {}))
         if done.exists():  # an older build: set aside (removed with tmp)
             try:
                 os.replace(folder, tmp / "stale")

@@ -47,6 +47,11 @@ def track(
             "folds": folds, "final_step": final_step, "out": str(out) if out else None}
     cfg = make_config(data, where="command line", schema=TrackConfig)
     root = run_track(output_dir, cfg, progress=not quiet)
+    from ..results_table import track_lines
+    from ..safeload import read_json
+
+    for line in track_lines(read_json(root / "curves.json")):  # the numbers the page draws, on the terminal
+        typer.echo(line)
     typer.echo(f"track: {root}")
     typer.echo(f"page: {root / 'index.html'}")
 

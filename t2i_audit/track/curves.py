@@ -14,6 +14,8 @@ names and hence the folds and resamples are the composition's.
 
 from __future__ import annotations
 
+import sys
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -66,7 +68,9 @@ def load_points(root: Path, *, folds: int = 5, progress: bool = False) -> list[P
         if (Path(root) / "prompts.jsonl").is_file() else None
     deciding = rule.deciding_scorers([RunDir(root / e.run) for e in done], categories) if done else {}
     points = []
-    for e in done:
+    for i, e in enumerate(done, 1):
+        if progress:
+            print(f"[track] page: {e.label} ({i}/{len(done)})", file=sys.stderr, flush=True)
         run = load_run(root / e.run, deciding=deciding)
         p = Point(entry=e, run=run, prompts=run.prompts)
         p.decod_rows, p.decod_items = decodability(root, e, run.prompts, folds=folds)

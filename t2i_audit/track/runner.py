@@ -84,6 +84,7 @@ def run_track(output_dir: Path | str, cfg: TrackConfig, *, progress: bool = True
     card = resolve_model(cfg.model)
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
     root = Path(cfg.out) if cfg.out else default_track_dir(output_dir)
+    preflight_track(cfg, card, records, root, progress=progress)  # a judge that cannot load stops the track
     settings = track_identity(cfg, str(output_dir.resolve()), card, records)
     claim_output_dir(root, "track", command="track", settings=settings)
     write_prompts(root, records)
@@ -103,8 +104,24 @@ def run_track(output_dir: Path | str, cfg: TrackConfig, *, progress: bool = True
         ix.save_index(root, index)
         from .page import write_track_page
 
+        _say(progress, f"page: decodability probes ({cfg.folds}-fold) and success curves of every audited checkpoint")
         write_track_page(root, chance=cfg.chance, folds=cfg.folds, progress=progress)
     return root
+
+
+def preflight_track(cfg: TrackConfig, card, records: list[dict], root: Path, *, progress: bool) -> None:
+    """``run``'s preflight (t2i_audit/preflight.py) once, before the track folder is made: every checkpoint's run
+    scores with the same judges, so a judge that cannot load would otherwise fail each of them in turn (each
+    "not audited", exit 0). A track resumed after a checkpoint was audited has had its judges: not checked again
+    (a rerun that finds nothing new loads none)."""
+    from ..api import make_config, preflight
+    from ..generate import resolve_device
+
+    resumed = (root / ix.INDEX).is_file() and any(e.status == "done" for e in ix.load_index(root).entries)
+    stages = [s for s in RUN_STAGES if not (resumed and s == "score")]
+    data = {k: v for k, v in cfg.model_dump(include=set(SHARED) - {"out"}).items() if v is not None}
+    preflight(make_config({**data, "stages": stages}, where="track"), card, records, resolve_device(cfg.device),
+              progress=progress, command="track")
 
 
 def checkpoint_entry(c, cfg: TrackConfig) -> ix.Entry:
@@ -164,6 +181,8 @@ def audit_one(root: Path, cfg: TrackConfig, entry: ix.Entry, records: list[dict]
 
     run_dir = run_audit(cfg.run_config(entry, root), progress=progress)
     if cfg.denoiser_samples:
+        _say(progress, f"{entry.label}: denoiser states of {cfg.denoiser_samples} replays per prompt on fresh seeds "
+                       f"({len(records)} prompts; the decodability curves read them)")
         entry.activations = f"activations/{ix.folder_name(entry.label)}"
         card = resolve_model(cfg.model).with_variant(loras=entry.loras, components=entry.components)
         capture_for(run_dir, root / entry.activations, cfg, records, card)

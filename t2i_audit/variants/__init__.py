@@ -30,9 +30,10 @@ from ..errors import AuditError
 
 LORA_WEIGHT_NAME = "pytorch_lora_weights.safetensors"  # diffusers.loaders.lora_base LORA_WEIGHT_NAME_SAFE
 LORA_SYNTAX = "PATH_OR_REPO[:SCALE], e.g. ./my_lora.safetensors:0.8"
+# help text is rich markup (typer's help pages): a bracket that reads as a tag ("[/file.safetensors]") is escaped
 LORA_HELP = ("LoRA to apply, PATH_OR_REPO[:SCALE] (scale default 1.0; repeatable, applied together): a .safetensors "
-             "file, a folder holding one, or a Hub repo (org/repo, hf:org/repo[@rev][/file.safetensors]); loaded by "
-             "the pipeline's own load_lora_weights (needs t2i-audit[lora]).")
+             "file, a folder holding one, or a Hub repo (org/repo, hf:org/repo\\[@rev]\\[/file.safetensors]); loaded by "
+             "the pipeline's own load_lora_weights (needs t2i-audit\\[lora]).")
 COMPONENT_HELP = ("NAME=PATH: replace a pipeline component (unet, transformer, text_encoder, vae …) with a "
                   "diffusers/transformers folder or one .safetensors file of the same architecture (repeatable).")
 RUN_VARIANT_NOTE = " Default: the run's own; another is refused."

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import AuditError
+from ..quiet import library_logs
 from . import ComponentSpec, Variant
 
 ADAPTER_PREFIX = "t2i_audit_lora_"  # adapter names: t2i_audit_lora_0, _1 … in the order given
@@ -181,11 +182,13 @@ def apply_loras(pipe, variant: Variant, *, text_only: bool = False) -> list[dict
     report, active = [], []
     for i, lora in enumerate(variant.loras):
         name, file = adapter_name(i), Path(lora.file)
-        try:
-            if text_only:
-                _load_text_only(pipe, file, name)
-            else:
-                pipe.load_lora_weights(str(file.parent), weight_name=file.name, adapter_name=name)
+        try:  # diffusers' "No LoRA keys associated to CLIPTextModel … open an issue" for a UNet-only LoRA is
+            # silenced: what each LoRA reached, per component, is recorded below ("layers")
+            with library_logs():
+                if text_only:
+                    _load_text_only(pipe, file, name)
+                else:
+                    pipe.load_lora_weights(str(file.parent), weight_name=file.name, adapter_name=name)
         except (ValueError, KeyError, RuntimeError) as e:
             raise AuditError(f"--lora {lora.spec}: {type(pipe).__name__}.load_lora_weights refused it: {e}") from None
         layers = {k: v for k, v in adapter_layers(pipe, name).items() if v}

@@ -164,6 +164,8 @@ def test_push_goes_through_create_repo_and_upload_folder(board, monkeypatch, cap
             calls.append(("upload_folder", kw))
 
     monkeypatch.setattr(huggingface_hub, "HfApi", Recorder)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # the push is checked for before the build
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     code, stdout, err = invoke(["board", "--out", board, "--push-to-hub", "me/t2i-board", "-q"], monkeypatch, capsys)
     assert code == 0, err
     (_, repo, kw), (_, up) = calls

@@ -177,12 +177,12 @@ def _quiet_flags(params: list[Param]) -> set[str]:
 # ------------------------------------------------------------------ running a command as a user does
 
 
-def invoke(argv: list[str], cwd: Path, monkeypatch, capsys) -> tuple[object, str]:
+def invoke(argv: list[str], cwd: Path, monkeypatch, capsys, *, columns: int = 500) -> tuple[object, str]:
     """(exit code, stdout + stderr) of ``t2i-audit ARGV`` through the real entry point; a Python exception that
     escapes it (what a user would see as a traceback) comes back as the exception itself."""
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", ["t2i-audit", *argv])
-    monkeypatch.setenv("COLUMNS", "500")  # a usage error's box must not wrap a long path
+    monkeypatch.setenv("COLUMNS", str(columns))  # 500: a usage error's box must not wrap a long path
     code: object = 0
     try:
         cli.main()
