@@ -61,10 +61,11 @@ def register(app: typer.Typer) -> None:
         page, summary = compare_with_summary(list(runs), out, allow_different_suites=allow_different_suites,
                                              scorer=scorer, seed=seed,
                                              fixed_settings=fail_on_drop is not None and not allow_different_settings)
-        from ..results_table import compare_lines
+        if fail_on_drop is None:  # the gate prints its own table of these numbers, per category
+            from ..results_table import compare_lines
 
-        for line in compare_lines(summary):  # the numbers of the page, on the terminal (compare.json)
-            typer.echo(line)
+            for line in compare_lines(summary):  # the numbers of the page, on the terminal (compare.json)
+                typer.echo(line)
         typer.echo(str(page))
         if fail_on_drop is None:
             return

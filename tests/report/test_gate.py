@@ -17,8 +17,26 @@ from synth import make_prompts, make_run
 from t2i_audit.rundir import RunDir, atomic_write_jsonl, read_jsonl
 
 SETTINGS = {"steps": 20, "guidance": 7.0, "size": 48, "dtype": "float32", "device": "cpu", "batch_size": 4}
-# 12 colour twin groups, 16 spatial prompts, 12 counting prompts: every category ≥ 10 prompt groups
-PROMPTS = make_prompts(n_binding=24, n_rel=16, n_count=12)
+
+
+def _distinct_spatial_scenes(prompts: list[dict], n: int) -> list[dict]:
+    """``prompts`` with the first ``n`` spatial prompts that are each a scene of their own (scenes.prompt_groups: a
+    relation, its converse and its swapped ends are one scene), so every spatial prompt is its own prompt group."""
+    from t2i_audit.scenes import prompt_groups
+
+    keep, seen = [], set()
+    for p, g in zip(prompts, prompt_groups(prompts)):
+        if p["category"] == "spatial":
+            if g in seen or len(seen) == n:
+                continue
+            seen.add(g)
+        keep.append(p)
+    assert len(seen) == n, f"only {len(seen)} distinct spatial scenes"
+    return keep
+
+
+# 12 colour twin groups, 16 spatial prompts each its own scene, 12 counting prompts: every category ≥ 10 groups
+PROMPTS = _distinct_spatial_scenes(make_prompts(n_binding=24, n_rel=40, n_count=12), 16)
 
 
 def _run(root: Path, fails=lambda p, s: False, prompts=PROMPTS, **settings) -> Path:

@@ -69,7 +69,7 @@ def test_help_shows_the_lora_syntax_with_its_brackets(tmp_path, monkeypatch, cap
     code, out = invoke(["run", "--help"], tmp_path, monkeypatch, capsys, columns=200)
     assert code == 0, out
     assert "hf:org/repo[@rev][/file.safetensors]" in _plain(out)
-    assert "hf:org/repo[@rev] or a local pipeline folder" in _plain(out)
+    assert "hf:org/repo[@rev], a local pipeline folder" in _plain(out)
 
 
 # ------------------------------------------------------------------ bad calls: one located message
