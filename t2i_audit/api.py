@@ -64,6 +64,10 @@ class RunConfig(BaseModel):
     # pipeline components replaced from a folder or .safetensors file; their files' sha256 enter the identity
     loras: list[str] = []
     components: dict[str, str] = {}
+    # the model's name in reports, comparisons and boards (default: the card's; for images:DIR the folder's), and
+    # the layout of an images:DIR folder (t2i_audit/sources/layouts; None: detected)
+    name: Optional[str] = Field(default=None, min_length=1)
+    layout: Optional[str] = None
 
     @field_validator("loras")
     @classmethod
@@ -225,7 +229,7 @@ def default_run_dir(cfg: RunConfig, card=None, *, command: str = "run", settings
     made by another command (``select``) is named by that command and its own settings, never like a
     plain run of the same model and prompts (it would land in that run's folder)."""
     suites = "+".join(Path(p).stem for p in cfg.prompts)
-    model = cfg.model.replace("hf:", "").replace("/", "--").replace("@", "-").strip(".-") or "model"
+    model = (cfg.name or cfg.model).replace("hf:", "").replace("/", "--").replace("@", "-").strip(".-") or "model"
     if command != "run":
         if settings is None:
             raise ValueError(f"default_run_dir: a {command} run is named by its settings; pass settings=")
@@ -249,6 +253,18 @@ def library_versions() -> dict[str, Optional[str]]:
         except importlib.metadata.PackageNotFoundError:
             out[lib] = None
     return out
+
+
+def named_card(cfg: RunConfig, card):
+    """``card`` as ``cfg`` names it (``name``) and, for a folder of images, reads it (``layout``)."""
+    from dataclasses import replace
+
+    if cfg.layout is not None:
+        if card.kind != "images":
+            raise AuditError(f"layout {cfg.layout!r}: a layout belongs to images read from a folder (run --images "
+                             f"DIR), not to model {cfg.model!r}")
+        card = replace(card, source_options={**card.source_options, "layout": cfg.layout})
+    return replace(card, name=cfg.name) if cfg.name else card
 
 
 def resolved_settings(cfg: RunConfig, card) -> dict:
@@ -304,7 +320,7 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     from .processes import process_state
 
     # validate everything before the first byte is written
-    card = resolve_model(cfg.model)
+    card = named_card(cfg, resolve_model(cfg.model))
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
     variant = cfg.variant()  # every file found and hashed, then checked against the model: before any claim
     if variant:
@@ -315,8 +331,12 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     state = process_state(device)  # created once; every stage shares its work between processes
     run = RunDir(cfg.out or default_run_dir(cfg, card))
     # a new or empty folder, or a run this command made with these settings: never write over someone's files
-    claim_output_dir(run.root, "run", command="run",
-                     settings=run_identity(cfg, card, records, recorded_settings(run.root)))
+    identity = run_identity(cfg, card, records, recorded_settings(run.root))
+    if not card.has_pipeline:  # a folder's images are read, checked and hashed here: their sha256 is the run's
+        from .sources import source_identity
+
+        identity.update(source_identity(card, records, cfg.images_per_prompt, run.root, progress=progress))
+    claim_output_dir(run.root, "run", command="run", settings=identity)
     with RunLock(run.root, state.process_index):
         refuse_fewer_samples(run, cfg)
         if state.is_main_process:
@@ -336,7 +356,14 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
             with _recorded(run, "score", main):  # every process scores its share; the main one merges
                 score_stage(run, chosen, categories, device=device, batch_size=score_batch_size(cfg, device),
                             progress=progress, tiny=card.tiny, state=state)
-        if "probe" in cfg.stages:
+        if "probe" in cfg.stages and not card.has_pipeline:
+            if main:  # said once; every other stage ran
+                from .sources import needs_pipeline
+
+                why = needs_pipeline(card, "probe")
+                run.update_stage("probe", status="unavailable", reason=why)
+                print(f"[probe] skipped: {why}", file=sys.stderr)
+        elif "probe" in cfg.stages:
             with _recorded(run, "probe", main):  # every process extracts its share; the main one fits
                 # probe labels: the scorer deciding each category (t2i_audit.deciding), as the report
                 probe_model = cfg.probe_model or cfg.model  # the run's variant applies to the run's own model

@@ -45,6 +45,11 @@ PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.repor
 @app.command()
 def run(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo[@rev] or a local pipeline folder."),
+    images: Optional[str] = typer.Option(None, "--images", help="Audit images made elsewhere instead of a --model: "
+                                         "a folder (GenEval's, T2I-CompBench's or ImageFolder's layout, or a saved "
+                                         "Hugging Face dataset), a CSV/JSONL manifest, or hf:ORG/NAME[:SPLIT]."),
+    name: Optional[str] = typer.Option(None, "--name", help="The model's name in reports and boards (default: the card's; for --images the folder's)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="Layout of --images: geneval | t2i-compbench | imagefolder | hf-dataset | manifest (default: detected)."),
     prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s), or PromptRecords .jsonl (`prompts import`)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A run.yaml to rerun; other options override it."),
     limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
@@ -76,7 +81,12 @@ def run(
         require_input(config, "--config")
     for p in prompts or ():  # before any work: a FIFO or /dev/zero would never end
         require_suite(p)
-    given = {"model": model, "prompts": [str(p) for p in prompts] if prompts else None, "limit": limit,
+    if images is not None:
+        if model is not None:
+            raise AuditError("run: give --model (a model that makes the images) or --images (images made "
+                             "elsewhere), not both")
+        model = "images:" + (images if images.startswith("hf:") else str(Path(images).resolve()))
+    given = {"model": model, "name": name, "layout": layout, "prompts": [str(p) for p in prompts] if prompts else None, "limit": limit,
              "images_per_prompt": images_per_prompt, "seed": seed, "batch_size": batch_size, "device": device,
              "dtype": dtype, "steps": steps, "guidance": guidance, "size": size,
              "scorers": list(scorer) if scorer else None,
@@ -87,7 +97,7 @@ def run(
         cfg = api.load_config(config, **given)
     else:
         if not model or not prompts:
-            raise AuditError("run needs --model and --prompts (or --config run.yaml)")
+            raise AuditError("run needs --model (or --images) and --prompts (or --config run.yaml)")
         cfg = api.make_config({k: v for k, v in given.items() if v is not None}, where="command line")
     root = api.run_audit(cfg, progress=not quiet)
     if os.environ.get("RANK", "0") != "0":  # under accelerate/torchrun only the main process reports

@@ -581,8 +581,9 @@ def merge_shards(run: RunDir, prompts: list[dict], images_per_prompt: int, made_
         for f in r["flags"]:
             flags[f] = flags.get(f, 0) + 1
     missing = len(order) - len(records)
+    timed = [r["seconds"] for r in records if r.get("seconds") is not None]  # none: images made elsewhere
     counts = {"status": "done" if not missing else "incomplete", "images": len(records),
               "generated_now": made_now, "missing": missing, "flags": flags,
-              "seconds_per_image": round(sum(r["seconds"] for r in records) / max(1, len(records)), 4)}
+              "seconds_per_image": round(sum(timed) / len(timed), 4) if timed else None}
     run.update_stage("generate", **counts)
     return counts

@@ -1,3 +1,7 @@
+# >>> LEAD TO ENGINEER (read now, then delete these 4 lines in your first commit): before anything else read
+# >>> /work/notes/common.md — how to work here: your worktree only, PYTHONPATH=$WT with /work/main/.venv/bin/python,
+# >>> 2 shared cores (targeted tests, -n 0, OMP_NUM_THREADS=1, never the whole suite), no git stash, deadline 01:40 UTC.
+# >>> It also says what your final report must contain.
 """Where a run's images come from when no diffusers pipeline makes them.
 
 A model reference with one of :data:`PREFIXES` (``endpoint:URL``, ``openai:MODEL``, ``python:module:function``),
@@ -17,7 +21,7 @@ import importlib
 from typing import Optional
 
 # model-reference prefix -> the card's kind
-PREFIXES = {"endpoint:": "endpoint", "openai:": "openai", "python:": "python"}
+PREFIXES = {"endpoint:": "endpoint", "openai:": "openai", "python:": "python", "images:": "images"}
 # card kind -> module of this package that makes (or reads) its images
 MODULES = {"images": "folder", "endpoint": "hosted", "openai": "hosted", "python": "callable"}
 
@@ -37,6 +41,13 @@ def resolve_source(ref: str):
 def make_images(run, prompts: list[dict], card, settings, *, state=None, progress: bool = True) -> dict:
     """The generate stage for a card without a pipeline: its source's images, recorded as a pipeline's are."""
     return _module(card.kind).make_images(run, prompts, card, settings, state=state, progress=progress)
+
+
+def source_identity(card, prompts: list[dict], images_per_prompt: int, out=None, *, progress: bool = False) -> dict:
+    """What a source adds to its run's identity before the run folder is claimed (a folder: its images' sha256;
+    ``out``: the run folder, which must not lie inside what the source reads); {} for a source that adds none."""
+    fn = getattr(_module(card.kind), "identity", None)
+    return fn(card, prompts, images_per_prompt, out, progress=progress) if fn is not None else {}
 
 
 def needs_pipeline(card, what: str) -> Optional[str]:

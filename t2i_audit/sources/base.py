@@ -1,3 +1,7 @@
+# >>> LEAD TO ENGINEER (read now, then delete these 4 lines in your first commit): before anything else read
+# >>> /work/notes/common.md — how to work here: your worktree only, PYTHONPATH=$WT with /work/main/.venv/bin/python,
+# >>> 2 shared cores (targeted tests, -n 0, OMP_NUM_THREADS=1, never the whole suite), no git stash, deadline 01:40 UTC.
+# >>> It also says what your final report must contain.
 """What every image source shares: the requests a run makes (prompt, sample, seed, settings), and the one way an
 image that arrives from anywhere becomes a run's image — validated, written atomically under ``images/``, recorded
 in the process's shard exactly as a pipeline's image is (generate.py), so resume, verify, scoring and reports treat
@@ -8,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from ..errors import AuditError
@@ -73,20 +79,31 @@ def write_image(run: RunDir, model: str, req: ImageRequest, image, *, seconds: f
     """Record one arrived image of ``req``: ``image`` is its encoded bytes (PNG, JPEG, WebP: kept as they are) or a
     PIL image (written as PNG). The file first (atomic), then its line in the process's shard: a record never
     outruns its file, and a killed run resumes without asking for it again. Returns the record."""
-    if isinstance(image, (bytes, bytearray)):
-        data = bytes(image)
-        img = decode(data, where or f"{req.prompt_id}/{req.sample}")
-        if img.format not in EXTENSIONS:  # a format a reader may not open (TIFF, BMP …): stored as PNG
-            data, img = _png(img), None
-    else:
-        data, img = _png(image), None
-    if img is None:
-        img = decode(data, where or f"{req.prompt_id}/{req.sample}")
-    path = run.image_path(req.prompt_id, req.sample).with_suffix(EXTENSIONS[img.format])
+    data = bytes(image) if isinstance(image, (bytes, bytearray)) else _png(image)
+    data, fields, ext = checked_image(data, where or f"{req.prompt_id}/{req.sample}")
+    return record_image(run, model, req, data, fields, ext, seconds=seconds, rank=rank, extra=extra)
+
+
+def checked_image(data: bytes, where: str) -> tuple[bytes, dict, str]:
+    """(the bytes to store, the record's fields that describe them, their extension): ``data`` decoded once (an
+    AuditError naming ``where`` when it is no image or over the pixel bound); a format a reader may not open (TIFF,
+    BMP …) is stored as PNG, the others as their own bytes."""
+    img = decode(data, where)
+    if img.format not in EXTENSIONS:
+        data = _png(img)
+        img = decode(data, where)
+    return data, image_record_fields(data, img), EXTENSIONS[img.format]
+
+
+def record_image(run: RunDir, model: str, req: ImageRequest, data: bytes, fields: dict, ext: str, *,
+                 seconds: Optional[float], rank: int = 0, extra: Optional[dict] = None) -> dict:
+    """Write ``data`` (checked by :func:`checked_image`, which gave ``fields`` and ``ext``) as the image of
+    ``req`` and append its record to the process's shard; the file first (atomic), then the record. ``seconds``:
+    what the image cost to make, None where nobody says (images made elsewhere)."""
+    path = run.image_path(req.prompt_id, req.sample).with_suffix(ext)
     atomic_write_bytes(path, data)
     record = {"prompt_id": req.prompt_id, "sample": req.sample, "seed": req.seed, "path": run.rel(path),
-              **image_record_fields(data, img), "seconds": round(seconds, 4), "model": model, "rank": rank,
-              **(extra or {})}
+              **fields, "seconds": None if seconds is None else round(seconds, 4), "model": model, "rank": rank, **(extra or {})}
     append_jsonl(run.image_shard(rank), [record])
     return record
 
@@ -95,3 +112,34 @@ def _png(img) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return buf.getvalue()
+
+
+MAX_IMAGE_BYTES = 256 << 20  # one image file: an 8192² RGBA PNG stored uncompressed is ~256 MiB
+
+
+def inside(path: Path, root: Path, where: str) -> Path:
+    """``path`` resolved (symlinks followed) when it lies inside ``root``; an AuditError otherwise: a folder made
+    elsewhere may hold a link to ``/etc/shadow`` or ``~/.ssh``, and we read only what the folder itself holds."""
+    real, base = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    if real != base and base not in real.parents:
+        raise AuditError(f"{where}: {path.name} points outside {root} (to {real}); t2i-audit reads only files "
+                         "inside the images folder — copy the image there instead of linking it")
+    return real
+
+
+def read_image_file(path: Path, root: Path, where: str = "") -> bytes:
+    """The bytes of an image file of an images folder: inside ``root`` (links too), a regular file (never a FIFO,
+    device or socket: a read that never ends), at most :data:`MAX_IMAGE_BYTES`. Read, never moved or changed."""
+    from ..safeload import regular_file
+
+    where = where or str(path)
+    real = inside(path, root, where)
+    regular_file(real, where, MAX_IMAGE_BYTES)
+    try:
+        with open(real, "rb") as f:
+            data = f.read(MAX_IMAGE_BYTES + 1)  # bounded even if the file grew since its stat
+    except PermissionError:
+        raise AuditError(f"{where}: permission denied (cannot read it)") from None
+    if len(data) > MAX_IMAGE_BYTES:
+        raise AuditError(f"{where}: more than the {MAX_IMAGE_BYTES:,} bytes an image may have")
+    return data

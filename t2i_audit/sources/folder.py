@@ -1,0 +1,184 @@
+"""Images made elsewhere as a run's images: ``run --images DIR`` (model reference ``images:DIR``).
+
+The folder (or manifest, or Hugging Face dataset) is read by its layout (:mod:`.layouts`), each image matched to a
+suite record and sample (:mod:`.match`), then every matched image is read once, hashed and decoded (a regular file
+inside the folder, a readable image under the pixel bound) *before* the run folder is claimed: their sha256 enter
+the run's identity, so a changed folder never resumes silently into a run made from other images, and a hostile
+file stops the run before anything is written. Then each image is copied into ``images/`` as its own bytes, with
+its record (``source``: where it came from, ``source_sha256``), exactly as generate.py records a pipeline's — the
+source is only ever read. Settings the folder does not state (steps, guidance, size, dtype) stay unknown (null).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..errors import AuditError
+from ..rundir import RunDir, repair_jsonl
+from . import layouts
+from .base import ImageRequest, checked_image, read_image_file, record_image
+from .match import Matched, match
+
+PREFIX = "images:"
+UNKNOWN_SETTINGS = {"steps": None, "guidance": None, "size": None, "dtype": None}  # not the generic defaults
+SHOWN = 10  # unmatched images / prompts without images listed on the terminal (all of them in manifest.json)
+KEPT = 1000  # … and in the manifest, at most
+
+
+def card_for(ref: str):
+    from ..models import ModelCard
+
+    target = ref[len(PREFIX):]
+    if not target:
+        raise AuditError(f"model {ref!r}: name the folder, manifest or dataset: images:DIR")
+    name = target.rstrip("/").rsplit("/", 1)[-1].split(":")[0] or "images"
+    return ModelCard(name=name, kind="images", target=target, defaults=dict(UNKNOWN_SETTINGS))
+
+
+@dataclass
+class Checked:
+    entry: layouts.Entry
+    source_sha256: str
+    fields: Optional[dict] = None  # the record's fields (decoded): only for the samples the run uses
+    ext: str = ".png"
+    converted: bool = False  # stored as PNG (a format readers may not open)
+
+
+@dataclass
+class Scan:
+    listing: layouts.Listing
+    matched: Matched
+    checked: dict[tuple[str, int], Checked]  # every matched image, samples past -n too (hashed, not decoded)
+    digest: str
+
+
+_SCANS: dict[tuple, Scan] = {}  # this process's scans: the identity's, reused by make_images
+
+
+def scan(card, prompts: list[dict], images_per_prompt: int, *, progress: bool = False) -> Scan:
+    key = (card.target, _layout(card), tuple(p["id"] for p in prompts), images_per_prompt)
+    if key in _SCANS:
+        return _SCANS[key]
+    listing = layouts.read(card.target, _layout(card))
+    matched = match(listing.entries, prompts, images_per_prompt)
+    every = {**matched.images, **{("", i): e for i, e in enumerate(matched.beyond)}}
+    checked: dict[tuple[str, int], Checked] = {}
+    from tqdm.auto import tqdm
+
+    for k, e in tqdm(every.items(), desc=f"check {card.name}", unit="img", disable=not progress):
+        raw = _read(e, listing.root)
+        c = Checked(e, hashlib.sha256(raw).hexdigest())
+        if k in matched.images:  # decoded once, here: validated before the run folder is claimed
+            data, c.fields, c.ext = checked_image(raw, e.where)
+            c.converted = data is not raw
+        checked[k] = c
+    lines = sorted(f"{c.entry.name}\t{c.source_sha256}" for c in checked.values())
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    _SCANS[key] = found = Scan(listing, matched, {k: c for k, c in checked.items() if k[0]}, digest)
+    return found
+
+
+def identity(card, prompts: list[dict], images_per_prompt: int, out: Optional[Path] = None, *,
+             progress: bool = False) -> dict:
+    """What the run's identity holds of its images: the layout and a digest of every matched image's sha256."""
+    _refuse_run_inside(card, out)
+    s = scan(card, prompts, images_per_prompt, progress=progress)
+    return {"images": f"{s.listing.layout} layout, {len(s.checked)} images matched, sha256 {s.digest[:16]}"}
+
+
+def make_images(run: RunDir, prompts: list[dict], card, settings, *, state=None, progress: bool = True) -> dict:
+    from ..generate import _done_items, merge_shards
+
+    main = state is None or state.is_main_process
+    n = settings.images_per_prompt
+    made = 0
+    if main:  # one process reads the folder; copying bytes needs no accelerator
+        s = scan(card, prompts, n, progress=progress)
+        repair_jsonl(run.image_shard(0))
+        done = _done_items(run)
+        order = [(p["id"], k) for p in prompts for k in range(n)]
+        todo = [key for key in order if key in s.checked
+                and (done.get(key) or {}).get("source_sha256") != s.checked[key].source_sha256]
+        run.update_stage("generate", status="running", source=card.source, settings=asdict(settings),
+                         requested=len(order), reused=len(s.checked) - len(todo), ingest=_summary(s, n))
+        _say(s, prompts, n)
+        from tqdm.auto import tqdm
+
+        for key in tqdm(todo, desc=f"ingest {card.name}", unit="img", disable=not progress):
+            _copy(run, card, s, key)
+        made = len(todo)
+    if state is not None:
+        state.wait_for_everyone()
+    if not main:
+        return {}
+    return merge_shards(run, prompts, n, made_now=made)
+
+
+def _copy(run: RunDir, card, s: Scan, key: tuple[str, int]) -> None:
+    c = s.checked[key]
+    raw = _read(c.entry, s.listing.root)
+    if hashlib.sha256(raw).hexdigest() != c.source_sha256:
+        raise AuditError(f"{c.entry.where}: changed while this run was reading the folder; rerun when the folder "
+                         "is complete (images already copied are kept)")
+    data = checked_image(raw, c.entry.where)[0] if c.converted else raw
+    req = ImageRequest(key[0], key[1], "", c.entry.seed)
+    record_image(run, card.name, req, data, c.fields, c.ext, seconds=None,
+                 extra={"source": c.entry.name, "source_sha256": c.source_sha256})
+
+
+def _read(e: layouts.Entry, root: Path) -> bytes:
+    if e.fetch is not None:
+        data = e.fetch()
+        from .base import MAX_IMAGE_BYTES
+
+        if len(data) > MAX_IMAGE_BYTES:
+            raise AuditError(f"{e.where}: more than the {MAX_IMAGE_BYTES:,} bytes an image may have")
+        return data
+    return read_image_file(e.path, root, e.where)
+
+
+def _layout(card) -> Optional[str]:
+    return (card.source_options or {}).get("layout")
+
+
+def _refuse_run_inside(card, out: Optional[Path]) -> None:
+    src = Path(card.target)
+    if out is None or card.target.startswith("hf:") or not src.exists():
+        return
+    base = src.resolve() if src.is_dir() else src.resolve().parent
+    here = Path(out).resolve()
+    if here == base or base in here.parents:
+        raise AuditError(f"--out {out}: lies inside the images folder {card.target}; the run would be read back "
+                         "as images of the folder — choose an output folder outside it")
+
+
+def _summary(s: Scan, n: int) -> dict:
+    m = s.matched
+    return {"layout": s.listing.layout, "source": s.listing.source, "matched": len(m.images),
+            "unmatched": len(m.unmatched), "beyond_n": len(m.beyond), "prompts_without_images": len(m.without),
+            "skipped": len(s.listing.skipped), "images_per_prompt": n,
+            "lists": {"unmatched": m.unmatched[:KEPT], "prompts_without_images": m.without[:KEPT],
+                      "beyond_n": [e.name for e in m.beyond[:KEPT]], "skipped": s.listing.skipped[:KEPT]}}
+
+
+def _say(s: Scan, prompts: list[dict], n: int) -> None:
+    """How the folder matched the suite: said on every run (not progress: -q keeps it)."""
+    m, texts = s.matched, {p["id"]: p["text"] for p in prompts}
+    lines = [f"[images] {s.listing.layout} layout, {s.listing.source}: {len(m.images)} images matched "
+             f"{len(prompts) - len(m.without)} of {len(prompts)} prompts (-n {n}); {len(m.unmatched)} unmatched, "
+             f"{len(m.without)} prompt(s) without images"
+             + (f", {len(m.beyond)} past -n {n} not used" if m.beyond else "")
+             + (f", {len(s.listing.skipped)} file(s) the layout does not name" if s.listing.skipped else "")]
+    for title, items in (("unmatched images", m.unmatched), ("prompts without images",
+                                                                [f"{p}: {texts[p]!r}" for p in m.without]),
+                         ("not read", s.listing.skipped)):
+        if items:
+            lines.append(f"  {title}:" + "".join(f"\n    {x}" for x in items[:SHOWN])
+                         + (f"\n    … {len(items) - SHOWN} more (manifest.json stages.generate.ingest)"
+                            if len(items) > SHOWN else ""))
+    print("\n".join(lines), file=sys.stderr)
