@@ -335,7 +335,9 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     if not card.has_pipeline:  # a folder's images are read, checked and hashed here: their sha256 is the run's
         from .sources import source_identity
 
-        identity.update(source_identity(card, records, cfg.images_per_prompt, run.root, progress=progress))
+        suite = expand_suites(cfg.prompts) if cfg.limit else None  # images of prompts --limit left out: not used
+        identity.update(source_identity(card, records, cfg.images_per_prompt, run.root, suite=suite,
+                                        progress=progress))
     claim_output_dir(run.root, "run", command="run", settings=identity)
     with RunLock(run.root, state.process_index):
         refuse_fewer_samples(run, cfg)

@@ -194,17 +194,31 @@ def prompts_show(file: Path = typer.Argument(..., help="A suite YAML, or a shipp
 
 @prompts_app.command("export")
 def prompts_export(files: List[Path] = typer.Argument(..., help="Suite YAML files, or shipped suites' names."),
-                   out: Path = typer.Option(..., "--out", "-o", help="PromptRecords JSONL to write."),
+                   out: Path = typer.Option(..., "--out", "-o", help="PromptRecords JSONL to write (with --layout: a folder)."),
                    limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
-                   seed: int = typer.Option(0, help="Seed of the --limit subset."),
+                   seed: int = typer.Option(0, help="Seed of the --limit subset (and, with --layout imagefolder, the base seed of each image's seed)."),
+                   layout: Optional[str] = typer.Option(None, "--layout", help="Hand the suite to another generator: geneval | t2i-compbench | imagefolder. Writes the prompt file it reads, prompts.jsonl and expected.txt (the images it must write back for `run --images`)."),
+                   images_per_prompt: int = typer.Option(1, "--images-per-prompt", "-n", min=1, help="Images per prompt expected back (with --layout)."),
                    force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise).")):
-    """Expand suites to a JSONL file of PromptRecords."""
+    """Expand suites to a JSONL file of PromptRecords, or (--layout) to another generator's prompt files."""
     from .api import export_prompts
     from .cli_checks import require_suite
     from .ownership import claim_output_file
 
     for f in files:
         require_suite(f, "FILES")
+    if layout is not None:
+        from .api import expand_suites, prompt_digest
+        from .ownership import claim_output_dir
+        from .sources.export import EXPORT_LAYOUTS, export_layout
+
+        if layout not in EXPORT_LAYOUTS:
+            raise AuditError(f"--layout {layout!r}: prompts export writes {', '.join(EXPORT_LAYOUTS)}")
+        records = expand_suites([str(f) for f in files], limit, seed)
+        claim_output_dir(out, "prompt-export", settings={"layout": layout, "images_per_prompt": images_per_prompt,
+                                                         "seed": seed, "prompts": prompt_digest(records)})
+        typer.echo(export_layout(records, layout, out, images_per_prompt, seed))
+        return
     claim_output_file(out, force=force)
     n = export_prompts([str(f) for f in files], out, limit, seed)
     typer.echo(f"wrote {n} prompts to {out}")

@@ -43,11 +43,12 @@ def make_images(run, prompts: list[dict], card, settings, *, state=None, progres
     return _module(card.kind).make_images(run, prompts, card, settings, state=state, progress=progress)
 
 
-def source_identity(card, prompts: list[dict], images_per_prompt: int, out=None, *, progress: bool = False) -> dict:
+def source_identity(card, prompts: list[dict], images_per_prompt: int, out=None, **kw) -> dict:
     """What a source adds to its run's identity before the run folder is claimed (a folder: its images' sha256;
-    ``out``: the run folder, which must not lie inside what the source reads); {} for a source that adds none."""
+    ``out``: the run folder, which must not lie inside what the source reads; ``suite``: the records a --limit run
+    drew its prompts from; ``progress``); {} for a source that adds none."""
     fn = getattr(_module(card.kind), "identity", None)
-    return fn(card, prompts, images_per_prompt, out, progress=progress) if fn is not None else {}
+    return fn(card, prompts, images_per_prompt, out, **kw) if fn is not None else {}
 
 
 def needs_pipeline(card, what: str) -> Optional[str]:

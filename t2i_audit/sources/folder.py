@@ -60,12 +60,24 @@ class Scan:
 _SCANS: dict[tuple, Scan] = {}  # this process's scans: the identity's, reused by make_images
 
 
-def scan(card, prompts: list[dict], images_per_prompt: int, *, progress: bool = False) -> Scan:
+def scan(card, prompts: list[dict], images_per_prompt: int, *, suite: Optional[list[dict]] = None,
+         progress: bool = False) -> Scan:
+    """The folder read, matched to ``prompts`` (drawn from ``suite`` by --limit), every matched image hashed and
+    the ones the run uses decoded. An image that matches no record of the suite is an error naming it: a typo'd
+    prompt or a folder made for another suite must not pass as "prompt without images"."""
     key = (card.target, _layout(card), tuple(p["id"] for p in prompts), images_per_prompt)
     if key in _SCANS:
         return _SCANS[key]
     listing = layouts.read(card.target, _layout(card))
-    matched = match(listing.entries, prompts, images_per_prompt)
+    matched = match(listing.entries, prompts, images_per_prompt, suite)
+    if matched.unmatched or not matched.images:
+        m = matched.unmatched
+        raise AuditError(f"--images {listing.source}: " + (
+            f"{len(m)} of {len(listing.entries)} images match no prompt of the suite ({listing.layout} layout; matched "
+            "by prompt id, the benchmark's own order, or the exact prompt text):\n  " + "\n  ".join(m[:SHOWN])
+            + (f"\n  … {len(m) - SHOWN} more" if len(m) > SHOWN else "") if m else
+            f"none of its {len(listing.entries)} images is of a prompt of this run ({listing.layout} layout"
+            + (f"; {len(matched.outside)} are of prompts --limit left out" if matched.outside else "") + ")"))
     every = {**matched.images, **{("", i): e for i, e in enumerate(matched.beyond)}}
     checked: dict[tuple[str, int], Checked] = {}
     from tqdm.auto import tqdm
@@ -84,11 +96,34 @@ def scan(card, prompts: list[dict], images_per_prompt: int, *, progress: bool = 
 
 
 def identity(card, prompts: list[dict], images_per_prompt: int, out: Optional[Path] = None, *,
-             progress: bool = False) -> dict:
+             suite: Optional[list[dict]] = None, progress: bool = False) -> dict:
     """What the run's identity holds of its images: the layout and a digest of every matched image's sha256."""
     _refuse_run_inside(card, out)
-    s = scan(card, prompts, images_per_prompt, progress=progress)
-    return {"images": f"{s.listing.layout} layout, {len(s.checked)} images matched, sha256 {s.digest[:16]}"}
+    s = scan(card, prompts, images_per_prompt, suite=suite, progress=progress)
+    said = {"images": f"{s.listing.layout} layout, {len(s.checked)} images matched, sha256 {s.digest[:16]}"}
+    if out is not None:
+        _refuse_changed(s, Path(out), said["images"])
+    return said
+
+
+def _refuse_changed(s: Scan, out: Path, now: str) -> None:
+    """A run made from this folder whose images changed since: refused naming the files (the claim would refuse
+    too, by the digest alone); a run the folder has not changed for, or another folder, is left to the claim."""
+    from ..api import recorded_settings
+
+    recorded = (recorded_settings(out) if out.is_dir() else None) or {}
+    if "images" not in recorded or recorded["images"] == now:
+        return
+    rd = RunDir(out)
+    was = {r.get("source"): r.get("source_sha256") for r in rd.read_images() + rd.read_image_shards()}
+    is_now = {c.entry.name: c.source_sha256 for c in s.checked.values()}
+    changed = [f"{s.listing.root / name if s.listing.layout != 'hf-dataset' else name}: sha256 {was[name][:12]}… "
+               f"when ingested, {sha[:12]}… now" for name, sha in is_now.items() if name in was and was[name] != sha]
+    gone = [name for name in was if name not in is_now]
+    if changed or gone:
+        raise AuditError(f"{out}: was made from other images of {s.listing.source} — a run's images are part of "
+                         "its identity, so it is not resumed with these; ingest into another --out:\n  "
+                         + "\n  ".join((changed + [f"{g}: ingested, no longer in the folder" for g in gone])[:SHOWN]))
 
 
 def make_images(run: RunDir, prompts: list[dict], card, settings, *, state=None, progress: bool = True) -> dict:
@@ -98,7 +133,7 @@ def make_images(run: RunDir, prompts: list[dict], card, settings, *, state=None,
     n = settings.images_per_prompt
     made = 0
     if main:  # one process reads the folder; copying bytes needs no accelerator
-        s = scan(card, prompts, n, progress=progress)
+        s = scan(card, prompts, n, suite=_suite(run), progress=progress)
         repair_jsonl(run.image_shard(0))
         done = _done_items(run)
         order = [(p["id"], k) for p in prompts for k in range(n)]
@@ -131,6 +166,15 @@ def _copy(run: RunDir, card, s: Scan, key: tuple[str, int]) -> None:
                  extra={"source": c.entry.name, "source_sha256": c.source_sha256})
 
 
+def _suite(run: RunDir) -> Optional[list[dict]]:
+    """The whole suite a ``--limit`` run drew its prompts from (run.yaml), None for a run of all of it."""
+    from ..api import expand_suites
+    from ..safeload import load_yaml
+
+    cfg = load_yaml(run.config) if run.config.exists() else {}
+    return expand_suites(cfg["prompts"]) if isinstance(cfg, dict) and cfg.get("limit") else None
+
+
 def _read(e: layouts.Entry, root: Path) -> bytes:
     if e.fetch is not None:
         data = e.fetch()
@@ -160,9 +204,9 @@ def _refuse_run_inside(card, out: Optional[Path]) -> None:
 def _summary(s: Scan, n: int) -> dict:
     m = s.matched
     return {"layout": s.listing.layout, "source": s.listing.source, "matched": len(m.images),
-            "unmatched": len(m.unmatched), "beyond_n": len(m.beyond), "prompts_without_images": len(m.without),
+            "outside_limit": len(m.outside), "beyond_n": len(m.beyond), "prompts_without_images": len(m.without),
             "skipped": len(s.listing.skipped), "images_per_prompt": n,
-            "lists": {"unmatched": m.unmatched[:KEPT], "prompts_without_images": m.without[:KEPT],
+            "lists": {"outside_limit": m.outside[:KEPT], "prompts_without_images": m.without[:KEPT],
                       "beyond_n": [e.name for e in m.beyond[:KEPT]], "skipped": s.listing.skipped[:KEPT]}}
 
 
@@ -170,12 +214,11 @@ def _say(s: Scan, prompts: list[dict], n: int) -> None:
     """How the folder matched the suite: said on every run (not progress: -q keeps it)."""
     m, texts = s.matched, {p["id"]: p["text"] for p in prompts}
     lines = [f"[images] {s.listing.layout} layout, {s.listing.source}: {len(m.images)} images matched "
-             f"{len(prompts) - len(m.without)} of {len(prompts)} prompts (-n {n}); {len(m.unmatched)} unmatched, "
-             f"{len(m.without)} prompt(s) without images"
+             f"{len(prompts) - len(m.without)} of {len(prompts)} prompts (-n {n}); {len(m.without)} prompt(s) without "
+             "images" + (f", {len(m.outside)} of prompts --limit left out (not used)" if m.outside else "")
              + (f", {len(m.beyond)} past -n {n} not used" if m.beyond else "")
              + (f", {len(s.listing.skipped)} file(s) the layout does not name" if s.listing.skipped else "")]
-    for title, items in (("unmatched images", m.unmatched), ("prompts without images",
-                                                                [f"{p}: {texts[p]!r}" for p in m.without]),
+    for title, items in (("prompts without images", [f"{p}: {texts[p]!r}" for p in m.without]),
                          ("not read", s.listing.skipped)):
         if items:
             lines.append(f"  {title}:" + "".join(f"\n    {x}" for x in items[:SHOWN])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from typing import Optional
 
 from ..errors import AuditError
 from .layouts import Entry
@@ -26,12 +27,27 @@ def normalise(text: str) -> str:
 @dataclass
 class Matched:
     images: dict[tuple[str, int], Entry]  # (prompt id, sample) -> the image, for samples < -n
-    unmatched: list[str] = field(default_factory=list)  # "name: why"
+    unmatched: list[str] = field(default_factory=list)  # "where: why" — no record of the suite
     beyond: list[Entry] = field(default_factory=list)  # images of a sample past -n (hashed, not used)
     without: list[str] = field(default_factory=list)  # prompt ids with no image at all
+    outside: list[str] = field(default_factory=list)  # images of suite records the run's --limit left out
 
 
-def match(entries: list[Entry], records: list[dict], images_per_prompt: int) -> Matched:
+def match(entries: list[Entry], records: list[dict], images_per_prompt: int,
+          suite: Optional[list[dict]] = None) -> Matched:
+    """Each entry's record and sample among ``records`` (the run's prompts); ``suite``: every record of the suite
+    the run's ``--limit`` subset was drawn from (an image of a record left out is not used, and not unmatched)."""
+    found = _match(entries, suite or records, images_per_prompt)
+    run_ids = {r["id"] for r in records}
+    kept = {key: e for key, e in found.images.items() if key[0] in run_ids}
+    found.outside = [e.name for key, e in found.images.items() if key[0] not in run_ids]
+    found.beyond = [e for e in found.beyond if e.prompt_record in run_ids]
+    found.images = kept
+    found.without = [r["id"] for r in records if not any((r["id"], k) in kept for k in range(images_per_prompt))]
+    return found
+
+
+def _match(entries: list[Entry], records: list[dict], images_per_prompt: int) -> Matched:
     by_id = {r["id"]: r for r in records}
     by_text: dict[str, list[dict]] = {}
     for r in records:
@@ -46,7 +62,7 @@ def match(entries: list[Entry], records: list[dict], images_per_prompt: int) -> 
                 chosen.append((e, by_id[e.prompt_id]))
                 continue
             if e.text is None:
-                unmatched.append(f"{e.name}: prompt id {e.prompt_id} is not in the suite")
+                unmatched.append(f"{e.where}: prompt id {e.prompt_id} is not in the suite")
                 continue
         if e.index is not None and e.index + 1 in by_line and e.text is not None:  # GenEval's own order
             r = by_line[e.index + 1]
@@ -57,7 +73,7 @@ def match(entries: list[Entry], records: list[dict], images_per_prompt: int) -> 
             continue
         found = by_text.get(normalise(e.text or ""), [])
         if not found:
-            unmatched.append(f"{e.name}: no prompt of the suite reads {e.text!r}")
+            unmatched.append(f"{e.where}: no prompt of the suite reads {e.text!r}")
         elif len(found) == 1:
             chosen.append((e, found[0]))
         elif e.index is None:
@@ -73,7 +89,7 @@ def match(entries: list[Entry], records: list[dict], images_per_prompt: int) -> 
             if k < len(occurrences):
                 chosen.append((e, occurrences[k]))
             else:
-                unmatched.append(f"{e.name}: more images of {e.text!r} than its {len(occurrences)} occurrences "
+                unmatched.append(f"{e.where}: more images of {e.text!r} than its {len(occurrences)} occurrences "
                                  f"× -n {images_per_prompt}")
     return _samples(chosen, records, images_per_prompt, unmatched)
 
@@ -92,6 +108,7 @@ def _samples(chosen: list[tuple[Entry, dict]], records: list[dict], n: int, unma
                 raise AuditError(f"{e.where}: a second image of prompt {pid} sample {k} "
                                  f"(also {seen[(pid, k)].where}); one image per prompt and sample")
             seen[(pid, k)] = e
+            e.prompt_record = pid
             if k >= n:
                 out.beyond.append(e)
                 continue

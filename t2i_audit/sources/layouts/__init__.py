@@ -40,6 +40,7 @@ class Entry:
     index: Optional[int] = None  # the benchmark's own order: GenEval's line index, T2I-CompBench's counter
     path: Optional[Path] = None  # a file of the folder …
     fetch: Optional[Callable[[], bytes]] = field(default=None, repr=False)  # … or bytes a dataset holds
+    prompt_record: Optional[str] = None  # the record it was matched to (match.py)
 
 
 @dataclass

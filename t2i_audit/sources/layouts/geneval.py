@@ -49,7 +49,7 @@ def read(root: Path) -> Listing:
                 skipped.append(f"{name}: not samples/NNNN.png" if not IMAGE_NAME.search(f.name) else
                                f"{name}: not named by its sample number (NNNN.png)")
                 continue
-            entries.append(Entry(name=name, where=name, text=meta["prompt"], prompt_id=meta.get("t2i_audit_id"),
+            entries.append(Entry(name=name, where=str(f.path), text=meta["prompt"], prompt_id=meta.get("t2i_audit_id"),
                                  sample=int(m.group(1)), index=index, path=Path(f.path)))
     return Listing("geneval", str(root), root, entries, skipped)
 

@@ -39,5 +39,5 @@ def read(root: Path) -> Listing:
             raise AuditError(f"{name}: counter {m.group(2)} again (also {counters[counter]}); T2I-CompBench numbers "
                              "every image of a run once")
         counters[counter] = name
-        entries.append(Entry(name=name, where=name, text=m.group(1), index=counter, path=Path(f.path)))
+        entries.append(Entry(name=name, where=str(f.path), text=m.group(1), index=counter, path=Path(f.path)))
     return Listing("t2i-compbench", str(root), root, entries, skipped)
