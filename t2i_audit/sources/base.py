@@ -57,7 +57,9 @@ def decode(data: bytes, where: str):
         img.load()
     except AuditError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+    except UnidentifiedImageError:
+        raise AuditError(f"{where}: not a readable image (no image format PIL knows: PNG, JPEG, WebP …)") from None
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise AuditError(f"{where}: not a readable image ({type(e).__name__}: {e})") from None
     return img
 

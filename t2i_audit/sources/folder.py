@@ -57,7 +57,7 @@ class Scan:
     digest: str
 
 
-_SCANS: dict[tuple, Scan] = {}  # this process's scans: the identity's, reused by make_images
+_SCANS: dict[tuple, Scan] = {}  # the scan the run's identity was made from, taken (once) by its make_images
 
 
 def scan(card, prompts: list[dict], images_per_prompt: int, *, suite: Optional[list[dict]] = None,
@@ -65,9 +65,6 @@ def scan(card, prompts: list[dict], images_per_prompt: int, *, suite: Optional[l
     """The folder read, matched to ``prompts`` (drawn from ``suite`` by --limit), every matched image hashed and
     the ones the run uses decoded. An image that matches no record of the suite is an error naming it: a typo'd
     prompt or a folder made for another suite must not pass as "prompt without images"."""
-    key = (card.target, _layout(card), tuple(p["id"] for p in prompts), images_per_prompt)
-    if key in _SCANS:
-        return _SCANS[key]
     listing = layouts.read(card.target, _layout(card))
     matched = match(listing.entries, prompts, images_per_prompt, suite)
     if matched.unmatched or not matched.images:
@@ -86,20 +83,24 @@ def scan(card, prompts: list[dict], images_per_prompt: int, *, suite: Optional[l
         raw = _read(e, listing.root)
         c = Checked(e, hashlib.sha256(raw).hexdigest())
         if k in matched.images:  # decoded once, here: validated before the run folder is claimed
-            data, c.fields, c.ext = checked_image(raw, e.where)
+            data, c.fields, c.ext = checked_image(raw, e.file)
             c.converted = data is not raw
         checked[k] = c
     lines = sorted(f"{c.entry.name}\t{c.source_sha256}" for c in checked.values())
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
-    _SCANS[key] = found = Scan(listing, matched, {k: c for k, c in checked.items() if k[0]}, digest)
-    return found
+    return Scan(listing, matched, {k: c for k, c in checked.items() if k[0]}, digest)
+
+
+def _key(card, prompts: list[dict], images_per_prompt: int) -> tuple:
+    return (card.target, _layout(card), tuple(p["id"] for p in prompts), images_per_prompt)
 
 
 def identity(card, prompts: list[dict], images_per_prompt: int, out: Optional[Path] = None, *,
              suite: Optional[list[dict]] = None, progress: bool = False) -> dict:
     """What the run's identity holds of its images: the layout and a digest of every matched image's sha256."""
     _refuse_run_inside(card, out)
-    s = scan(card, prompts, images_per_prompt, suite=suite, progress=progress)
+    s = _SCANS[_key(card, prompts, images_per_prompt)] = scan(card, prompts, images_per_prompt, suite=suite,
+                                                              progress=progress)  # always read anew
     said = {"images": f"{s.listing.layout} layout, {len(s.checked)} images matched, sha256 {s.digest[:16]}"}
     if out is not None:
         _refuse_changed(s, Path(out), said["images"])
@@ -133,7 +134,7 @@ def make_images(run: RunDir, prompts: list[dict], card, settings, *, state=None,
     n = settings.images_per_prompt
     made = 0
     if main:  # one process reads the folder; copying bytes needs no accelerator
-        s = scan(card, prompts, n, suite=_suite(run), progress=progress)
+        s = _SCANS.pop(_key(card, prompts, n), None) or scan(card, prompts, n, suite=_suite(run), progress=progress)
         repair_jsonl(run.image_shard(0))
         done = _done_items(run)
         order = [(p["id"], k) for p in prompts for k in range(n)]
@@ -158,9 +159,9 @@ def _copy(run: RunDir, card, s: Scan, key: tuple[str, int]) -> None:
     c = s.checked[key]
     raw = _read(c.entry, s.listing.root)
     if hashlib.sha256(raw).hexdigest() != c.source_sha256:
-        raise AuditError(f"{c.entry.where}: changed while this run was reading the folder; rerun when the folder "
+        raise AuditError(f"{c.entry.file}: changed while this run was reading the folder; rerun when the folder "
                          "is complete (images already copied are kept)")
-    data = checked_image(raw, c.entry.where)[0] if c.converted else raw
+    data = checked_image(raw, c.entry.file)[0] if c.converted else raw
     req = ImageRequest(key[0], key[1], "", c.entry.seed)
     record_image(run, card.name, req, data, c.fields, c.ext, seconds=None,
                  extra={"source": c.entry.name, "source_sha256": c.source_sha256})
@@ -183,7 +184,7 @@ def _read(e: layouts.Entry, root: Path) -> bytes:
         if len(data) > MAX_IMAGE_BYTES:
             raise AuditError(f"{e.where}: more than the {MAX_IMAGE_BYTES:,} bytes an image may have")
         return data
-    return read_image_file(e.path, root, e.where)
+    return read_image_file(e.path, root, e.file)
 
 
 def _layout(card) -> Optional[str]:

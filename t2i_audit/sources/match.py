@@ -105,8 +105,10 @@ def _samples(chosen: list[tuple[Entry, dict]], records: list[dict], n: int, unma
         for rank, e in enumerate(ordered):
             k = e.sample if numbered else rank
             if (pid, k) in seen:
-                raise AuditError(f"{e.where}: a second image of prompt {pid} sample {k} "
-                                 f"(also {seen[(pid, k)].where}); one image per prompt and sample")
+                first = seen[(pid, k)]
+                raise AuditError(f"{e.where}: {e.name} is a second image of prompt {pid} sample {k} (also "
+                                 f"{first.name}" + (f", {first.where}" if first.where != str(first.path) else "")
+                                 + "); one image per prompt and sample")
             seen[(pid, k)] = e
             e.prompt_record = pid
             if k >= n:

@@ -63,6 +63,6 @@ def tree(folder: Path) -> dict[str, str]:
     for root, _, files in os.walk(folder):
         for f in files:
             p = Path(root) / f
-            out[str(p.relative_to(folder))] = (f"link->{os.readlink(p)}" if p.is_symlink()
-                                               else hashlib.sha256(p.read_bytes()).hexdigest())
+            out[str(p.relative_to(folder))] = (f"link->{os.readlink(p)}" if p.is_symlink() else "not a file"
+                                               if not p.is_file() else hashlib.sha256(p.read_bytes()).hexdigest())
     return out

@@ -42,6 +42,13 @@ class Entry:
     fetch: Optional[Callable[[], bytes]] = field(default=None, repr=False)  # … or bytes a dataset holds
     prompt_record: Optional[str] = None  # the record it was matched to (match.py)
 
+    @property
+    def file(self) -> str:
+        """The image as an error names it: its file (and the line declaring it), or the dataset's row."""
+        if self.path is None:
+            return self.where
+        return str(self.path) if self.where == str(self.path) else f"{self.path} ({self.where})"
+
 
 @dataclass
 class Listing:

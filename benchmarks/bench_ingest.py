@@ -1,0 +1,136 @@
+"""`run --images` at scale: ingest N images of 512² (an ImageFolder: metadata.jsonl + PNGs) — read, hash, decode and
+check each, copy it into the run as its own bytes, record it — as a ratio to decoding each image once with PIL
+(``Image.open(p).load()``), timed in the same run on the same files (warm page cache for both).
+
+Goal (issue 44): ingest ≤ 1.5× the time to decode each once.
+
+The images are 16 smooth-noise pictures (PNG ≈ what a generator's 512² image weighs), each file made distinct by a
+tEXt chunk of its own (distinct sha256, the same decode work), so N files cost seconds to make, not minutes.
+
+    python benchmarks/bench_ingest.py [--n 10000] [--reps 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+from _common import summary, write
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+SIZE = 512
+
+
+def base_pngs(count: int = 16) -> list[bytes]:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(count):
+        small = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+        img = Image.fromarray(small).resize((SIZE, SIZE), Image.Resampling.BICUBIC)
+        arr = np.asarray(img).astype(np.int16) + rng.integers(-6, 7, (SIZE, SIZE, 3))  # sensor-like grain
+        buf = io.BytesIO()
+        Image.fromarray(arr.clip(0, 255).astype(np.uint8)).save(buf, format="PNG")
+        out.append(buf.getvalue())
+    return out
+
+
+def with_text(png: bytes, text: str) -> bytes:
+    """``png`` with a tEXt chunk before IEND: other bytes, the same pixels."""
+    body = b"Comment\x00" + text.encode()
+    chunk = struct.pack(">I", len(body)) + b"tEXt" + body + struct.pack(">I", zlib.crc32(b"tEXt" + body))
+    return png[:-12] + chunk + png[-12:]
+
+
+def make_folder(root: Path, n: int) -> tuple[Path, Path]:
+    """An ImageFolder of ``n`` images and a PromptRecords file of their ``n`` prompts."""
+    bases = base_pngs()
+    folder = root / "images"
+    folder.mkdir(parents=True)
+    rows, records = [], []
+    for i in range(n):
+        (folder / f"{i:06d}.png").write_bytes(with_text(bases[i % len(bases)], f"image {i}"))
+        text = f"a photo of thing number {i}"
+        rows.append({"file_name": f"{i:06d}.png", "prompt": text})
+        records.append({"id": f"p{i:06d}", "text": text, "category": "bench", "template": "bench", "objects": [],
+                        "questions": [{"id": "q0", "kind": "prompt", "text": f'Does the image show "{text}"?',
+                                       "depends_on": []}]})
+    (folder / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder, prompts
+
+
+def decode_each(folder: Path) -> None:
+    from PIL import Image
+
+    for p in sorted(folder.glob("*.png")):
+        with Image.open(p) as img:
+            img.load()
+
+
+def ingest(folder: Path, prompts: Path, out: Path) -> None:
+    from t2i_audit import api
+
+    shutil.rmtree(out, ignore_errors=True)
+    cfg = api.make_config(dict(model=f"images:{folder}", prompts=[str(prompts)], device="cpu", out=str(out),
+                               stages=["prompts", "generate"]))
+    api.run_audit(cfg, progress=False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=10_000, help="images to ingest (512² PNG)")
+    ap.add_argument("--reps", type=int, default=2, help="alternating repetitions; medians reported")
+    args = ap.parse_args()
+    load_start = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    try:
+        t0 = time.perf_counter()
+        folder, prompts = make_folder(tmp, args.n)
+        made = time.perf_counter() - t0
+        megabytes = sum(p.stat().st_size for p in folder.glob("*.png")) / 2**20
+        import t2i_audit.api  # noqa: F401  (imports outside the timings)
+        import t2i_audit.sources.folder  # noqa: F401
+
+        decode_each(folder)  # both timings start from a warm page cache
+        dec, ing = [], []
+        for rep in range(args.reps):
+            for which in (("decode", "ingest") if rep % 2 == 0 else ("ingest", "decode")):
+                t = time.perf_counter()
+                decode_each(folder) if which == "decode" else ingest(folder, prompts, tmp / "run")
+                (dec if which == "decode" else ing).append(time.perf_counter() - t)
+        from t2i_audit.rundir import RunDir
+
+        manifest = RunDir(tmp / "run").read_manifest()["stages"]["generate"]
+        assert manifest["images"] == args.n and manifest["status"] == "done", manifest
+        d, i = summary(dec), summary(ing)
+        write("ingest", {
+            "load_average_1_5_15_start": [round(x, 2) for x in load_start],
+            "load_average_1_5_15_end": [round(x, 2) for x in os.getloadavg()],
+            "note": "2-core machine shared with other engineers' jobs while measured (see the load averages); "
+                    "both timings on the same files in one process, alternated",
+            "images": args.n, "size": SIZE, "folder_mib": round(megabytes, 1), "make_folder_s": round(made, 1),
+            "decode_each_once": d, "ingest": i,
+            "ingest_per_image_ms": round(1000 * i["median_s"] / args.n, 3),
+            "ratio_ingest_to_decode": round(i["median_s"] / d["median_s"], 3),
+            "goal": "ratio <= 1.5",
+        })
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
