@@ -294,7 +294,8 @@ def pixel_digest(img) -> str:
     import numpy as np
     from PIL import Image
 
-    small = img.convert("RGB").resize((8, 8), resample=Image.Resampling.BOX)  # BOX: plain block means
+    rgb = img if img.mode == "RGB" else img.convert("RGB")  # (convert would copy an RGB image whole)
+    small = rgb.resize((8, 8), resample=Image.Resampling.BOX)  # BOX: plain block means
     return np.asarray(small, dtype="uint8").tobytes().hex()
 
 

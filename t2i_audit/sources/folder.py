@@ -12,6 +12,7 @@ source is only ever read. Settings the folder does not state (steps, guidance, s
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import AuditError
-from ..rundir import RunDir, repair_jsonl
+from ..rundir import RunDir, append_jsonl, repair_jsonl
 from . import layouts
 from .base import ImageRequest, checked_image, read_image_file, record_image
 from .match import Matched, match
@@ -28,6 +29,8 @@ PREFIX = "images:"
 UNKNOWN_SETTINGS = {"steps": None, "guidance": None, "size": None, "dtype": None}  # not the generic defaults
 SHOWN = 10  # unmatched images / prompts without images listed on the terminal (all of them in manifest.json)
 KEPT = 1000  # … and in the manifest, at most
+THREADS = 4  # images read, hashed and decoded at once
+BATCH = 64  # images copied between two appends of their records (a kill copies at most these again)
 
 
 def card_for(ref: str):
@@ -76,16 +79,26 @@ def scan(card, prompts: list[dict], images_per_prompt: int, *, suite: Optional[l
             f"none of its {len(listing.entries)} images is of a prompt of this run ({listing.layout} layout"
             + (f"; {len(matched.outside)} are of prompts --limit left out" if matched.outside else "") + ")"))
     every = {**matched.images, **{("", i): e for i, e in enumerate(matched.beyond)}}
-    checked: dict[tuple[str, int], Checked] = {}
+
+    def check(item) -> Checked:
+        k, e = item
+        raw = _read(e, listing.root)
+        if not k[0]:  # a sample past -n: hashed for the identity, not used
+            return Checked(e, hashlib.sha256(raw).hexdigest())
+        data, fields, ext = checked_image(raw, e.file)  # decoded once, here: before the run folder is claimed
+        return Checked(e, fields["sha256"] if data is raw else hashlib.sha256(raw).hexdigest(), fields, ext,
+                       converted=data is not raw)
+
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm.auto import tqdm
 
-    for k, e in tqdm(every.items(), desc=f"check {card.name}", unit="img", disable=not progress):
-        raw = _read(e, listing.root)
-        c = Checked(e, hashlib.sha256(raw).hexdigest())
-        if k in matched.images:  # decoded once, here: validated before the run folder is claimed
-            data, c.fields, c.ext = checked_image(raw, e.file)
-            c.converted = data is not raw
-        checked[k] = c
+    # PIL decodes and hashlib hashes without the GIL: threads use the machine's cores. map keeps the order, so the
+    # error raised is the first bad image's whatever the thread count
+    with ThreadPoolExecutor(max_workers=min(THREADS, os.cpu_count() or 1)) as pool:
+        found = pool.map(check, every.items())
+        checked = dict(zip(every, tqdm(found, total=len(every), desc=f"check {card.name}", unit="img",
+                                       disable=not progress)))
     lines = sorted(f"{c.entry.name}\t{c.source_sha256}" for c in checked.values())
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     return Scan(listing, matched, {k: c for k, c in checked.items() if k[0]}, digest)
@@ -145,8 +158,16 @@ def make_images(run: RunDir, prompts: list[dict], card, settings, *, state=None,
         _say(s, prompts, n)
         from tqdm.auto import tqdm
 
-        for key in tqdm(todo, desc=f"ingest {card.name}", unit="img", disable=not progress):
-            _copy(run, card, s, key)
+        from concurrent.futures import ThreadPoolExecutor
+
+        bar = tqdm(total=len(todo), desc=f"ingest {card.name}", unit="img", disable=not progress)
+        # copying is file-system work (folders, staged names, renames) that waits without the GIL: on threads
+        with ThreadPoolExecutor(max_workers=THREADS) as pool:
+            for start in range(0, len(todo), BATCH):  # a batch's files first, then their records: one durable append
+                batch = todo[start:start + BATCH]
+                append_jsonl(run.image_shard(0), list(pool.map(lambda key: _copy(run, card, s, key), batch)))
+                bar.update(len(batch))
+        bar.close()
         made = len(todo)
     if state is not None:
         state.wait_for_everyone()
@@ -155,7 +176,8 @@ def make_images(run: RunDir, prompts: list[dict], card, settings, *, state=None,
     return merge_shards(run, prompts, n, made_now=made)
 
 
-def _copy(run: RunDir, card, s: Scan, key: tuple[str, int]) -> None:
+def _copy(run: RunDir, card, s: Scan, key: tuple[str, int]) -> dict:
+    """The image of ``key`` copied into the run (its file written; its record returned, to be appended)."""
     c = s.checked[key]
     raw = _read(c.entry, s.listing.root)
     if hashlib.sha256(raw).hexdigest() != c.source_sha256:
@@ -163,8 +185,8 @@ def _copy(run: RunDir, card, s: Scan, key: tuple[str, int]) -> None:
                          "is complete (images already copied are kept)")
     data = checked_image(raw, c.entry.file)[0] if c.converted else raw
     req = ImageRequest(key[0], key[1], "", c.entry.seed)
-    record_image(run, card.name, req, data, c.fields, c.ext, seconds=None,
-                 extra={"source": c.entry.name, "source_sha256": c.source_sha256})
+    return record_image(run, card.name, req, data, c.fields, c.ext, seconds=None, append=False, durable=False,
+                        extra={"source": c.entry.name, "source_sha256": c.source_sha256})
 
 
 def _suite(run: RunDir) -> Optional[list[dict]]:
