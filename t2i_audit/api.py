@@ -123,13 +123,19 @@ class RunConfig(BaseModel):
         return RunConfig.model_validate(filled)
 
     def _hash(self, exclude: frozenset | set = frozenset()) -> str:
-        return stable_hash({**self.model_dump(exclude=NOT_IDENTITY | VARIANT | set(exclude)),
+        return stable_hash({**self.dump(exclude=NOT_IDENTITY | VARIANT | set(exclude)),
                             **self.variant().identity()})[:6]
+
+    def dump(self, *, exclude: frozenset | set = frozenset()) -> dict:
+        """The settings as run.yaml, fingerprints and identities hold them: ``name`` and ``layout`` only when set,
+        so a run made before they existed keeps its fingerprint, identity and run.yaml."""
+        return {k: v for k, v in self.model_dump(exclude=set(exclude)).items() if not (k in WHEN_SET and v is None)}
 
 
 # where a run goes, which stages run now, on which device and how many at once: none changes what is made
 # (a resume keeps the batch size it was planned with: generate._keep_recorded_plan)
 NOT_IDENTITY = {"out", "stages", "device", "batch_size", "compile", "offload", "vae_tiling"}
+WHEN_SET = {"name", "layout"}  # settings that enter run.yaml and identities only when given (RunConfig.dump)
 # the variant enters identities by content (Variant.identity: sha256 and scale), not by path, and only when
 # there is one: a run without LoRAs or components keeps the fingerprint and identity it always had
 VARIANT = {"loras", "components"}
@@ -155,7 +161,7 @@ def run_identity(cfg: RunConfig, card, records: list[dict], recorded: Optional[d
     `run --config RUN/run.yaml` resume matches) with the prompts by content. Not ``images_per_prompt``:
     more samples extend a run (the images made stay, each with its own seed), as `-n` always did."""
     filled = RunConfig.model_validate({**cfg.model_dump(), **resolved_settings(cfg, card)})
-    return {**filled.model_dump(exclude=NOT_IDENTITY | VARIANT | {"prompts", "images_per_prompt"}),
+    return {**filled.dump(exclude=NOT_IDENTITY | VARIANT | {"prompts", "images_per_prompt"}),
             **cfg.variant().identity(), "prompts": prompt_digest(records, (recorded or {}).get("prompts"))}
 
 
@@ -288,7 +294,7 @@ def prepare_run(cfg: RunConfig, card, records: list[dict], *, root: Optional[Pat
         atomic_write_jsonl(run.prompts, records)
     variant = cfg.variant()
     # absolute paths for the variant's files (a `run --config RUN/run.yaml` from elsewhere finds them); none: as before
-    resolved = {**cfg.model_dump(exclude=VARIANT), **(variant.as_config() if variant else {}),
+    resolved = {**cfg.dump(exclude=VARIANT), **(variant.as_config() if variant else {}),
                 **resolved_settings(cfg, card), "out": str(run.root)}
     atomic_write_text(run.config, yaml.safe_dump(resolved, sort_keys=False))
     manifest = run.read_manifest()

@@ -54,13 +54,17 @@ def make_layout(run_root: Path, layout: str, dest: Path) -> Path:
             w.writeheader()
             w.writerows({"path": f"pics/{r['file_name']}", "prompt": r["prompt"], "sample": r["sample"]} for r in rows)
         return dest / "manifest.csv"
-    if layout == "hf-dataset":
+    if layout in ("hf-dataset", "hf-parquet"):  # save_to_disk's folder, or Parquet files as the Hub keeps them
         from datasets import Dataset, Features, Image, Value
 
         feats = Features({"image": Image(), "prompt": Value("string"), "sample": Value("int64")})
         ds = Dataset.from_dict({"image": [{"bytes": f.read_bytes(), "path": None} for f in src.values()],
                                 "prompt": [text[pid] for pid, _ in src], "sample": [k for _, k in src]},
                                features=feats)
+        if layout == "hf-parquet":
+            (dest / "data").mkdir()
+            ds.to_parquet(str(dest / "data" / "train-00000-of-00001.parquet"))
+            return dest
         ds.save_to_disk(str(dest / "ds"))
         return dest / "ds"
     raise ValueError(layout)

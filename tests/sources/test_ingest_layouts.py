@@ -17,14 +17,15 @@ from t2i_audit.sources import layouts
 from .conftest import cli, ingest, tree, verdicts
 from .layouts_from_run import make_layout
 
-LAYOUTS = ["geneval", "t2i-compbench", "imagefolder", "hf-dataset", "manifest"]
+LAYOUTS = ["geneval", "t2i-compbench", "imagefolder", "hf-dataset", "hf-parquet", "manifest"]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_each_layout_is_detected_and_gives_the_runs_verdicts_image_for_image(layout, mini_run, tmp_path):
-    if layout == "hf-dataset":
+@pytest.mark.parametrize("made", LAYOUTS)
+def test_each_layout_is_detected_and_gives_the_runs_verdicts_image_for_image(made, mini_run, tmp_path):
+    if made.startswith("hf-"):
         pytest.importorskip("datasets")
-    source = make_layout(mini_run, layout, tmp_path / "made-elsewhere")
+    layout = "hf-dataset" if made == "hf-parquet" else made
+    source = make_layout(mini_run, made, tmp_path / "made-elsewhere")
     before = tree(tmp_path / "made-elsewhere")
     assert layouts.detect(str(source)) == layout
 
@@ -87,3 +88,10 @@ def test_cli_run_images_scores_reports_verifies_compares_and_boards(mini_run, tm
                "--stages", "prompts,generate") == 0
     assert RunDir(out).read_manifest()["stages"]["generate"]["generated_now"] == 0
     assert RunDir(out).images.read_bytes() == images
+
+
+def test_a_hub_dataset_reference_is_checked_before_any_download():
+    pytest.importorskip("datasets")
+    for bad in ("hf:justaname", "hf:a/b/c/d", "hf:/x"):
+        with pytest.raises(AuditError, match=r"expected hf:ORG/NAME\[/CONFIG\]\[:SPLIT\]"):
+            layouts.read(bad)
