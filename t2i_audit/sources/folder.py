@@ -50,6 +50,7 @@ class Checked:
     fields: Optional[dict] = None  # the record's fields (decoded): only for the samples the run uses
     ext: str = ".png"
     converted: bool = False  # stored as PNG (a format readers may not open)
+    stat: Optional[tuple] = None  # the file's (device, inode, size, mtime) when it was hashed
 
 
 @dataclass
@@ -87,7 +88,7 @@ def scan(card, prompts: list[dict], images_per_prompt: int, *, suite: Optional[l
             return Checked(e, hashlib.sha256(raw).hexdigest())
         data, fields, ext = checked_image(raw, e.file)  # decoded once, here: before the run folder is claimed
         return Checked(e, fields["sha256"] if data is raw else hashlib.sha256(raw).hexdigest(), fields, ext,
-                       converted=data is not raw)
+                       converted=data is not raw, stat=_stat(e))
 
     from concurrent.futures import ThreadPoolExecutor
 
@@ -180,13 +181,23 @@ def _copy(run: RunDir, card, s: Scan, key: tuple[str, int]) -> dict:
     """The image of ``key`` copied into the run (its file written; its record returned, to be appended)."""
     c = s.checked[key]
     raw = _read(c.entry, s.listing.root)
-    if hashlib.sha256(raw).hexdigest() != c.source_sha256:
+    # the bytes hashed before the claim are the bytes copied: a file whose stat is unchanged since (inode, size,
+    # mtime in ns) was not rewritten; dataset rows, and files whose stat moved, are hashed again
+    same = c.stat is not None and _stat(c.entry) == c.stat and len(raw) == c.stat[2]
+    if not same and hashlib.sha256(raw).hexdigest() != c.source_sha256:
         raise AuditError(f"{c.entry.file}: changed while this run was reading the folder; rerun when the folder "
                          "is complete (images already copied are kept)")
     data = checked_image(raw, c.entry.file)[0] if c.converted else raw
     req = ImageRequest(key[0], key[1], "", c.entry.seed)
     return record_image(run, card.name, req, data, c.fields, c.ext, seconds=None, append=False, durable=False,
                         extra={"source": c.entry.name, "source_sha256": c.source_sha256})
+
+
+def _stat(e: layouts.Entry) -> Optional[tuple]:
+    if e.path is None:
+        return None
+    st = os.stat(e.path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _suite(run: RunDir) -> Optional[list[dict]]:
