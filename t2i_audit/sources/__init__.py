@@ -4,9 +4,10 @@
 # >>> It also says what your final report must contain.
 """Where a run's images come from when no diffusers pipeline makes them.
 
-A model reference with one of :data:`PREFIXES` (``endpoint:URL``, ``openai:MODEL``, ``python:module:function``),
-or ``run --images DIR`` (images made elsewhere), resolves to a :class:`~t2i_audit.models.ModelCard` whose ``kind``
-names its source module here. Every source writes what ``generate.py`` writes — ``images/<prompt_id>/<sample>.*``
+A model reference with one of :data:`PREFIXES` (``endpoint:URL``, ``openai:MODEL``, ``python:module:function``,
+and ``images:DIR`` — what ``run --images DIR`` makes: images made elsewhere, :mod:`.folder`) resolves to a
+:class:`~t2i_audit.models.ModelCard` whose ``kind`` names its source module here. A source may add to its run's
+identity before the run folder is claimed (:func:`source_identity`: a folder, its images' sha256). Every source writes what ``generate.py`` writes — ``images/<prompt_id>/<sample>.*``
 and the records of images.jsonl — so scoring, reports, comparisons and boards never know the difference; only the
 stages that need the model's activations (probes, early prediction, selection) need a pipeline, and say so.
 

@@ -95,3 +95,14 @@ def test_a_hub_dataset_reference_is_checked_before_any_download():
     for bad in ("hf:justaname", "hf:a/b/c/d", "hf:/x"):
         with pytest.raises(AuditError, match=r"expected hf:ORG/NAME\[/CONFIG\]\[:SPLIT\]"):
             layouts.read(bad)
+
+
+def test_images_and_a_model_together_or_a_layout_for_a_pipeline_are_refused(mini_run, tmp_path, capsys):
+    folder = make_layout(mini_run, "imagefolder", tmp_path / "pics")
+    assert cli("run", "--model", "mini", "--images", folder, "--prompts", "mini", "--out", tmp_path / "a") == 2
+    assert "give --model (a model that makes the images) or --images" in capsys.readouterr().err
+    assert cli("run", "--model", "mini", "--layout", "geneval", "--prompts", "mini", "--out", tmp_path / "b") == 2
+    assert "a layout belongs to images read from a folder" in capsys.readouterr().err
+    assert cli("run", "--images", folder, "--layout", "genevall", "--prompts", "mini", "--out", tmp_path / "c") == 2
+    assert "--layout 'genevall': not a layout t2i-audit reads" in capsys.readouterr().err
+    assert not any((tmp_path / x).exists() for x in "abc")
