@@ -81,6 +81,10 @@ class RunConfig(BaseModel):
 
             return reference(v)
         return v
+    # the model's name in reports, comparisons and boards (default: the card's; for images:DIR the folder's), and
+    # the layout of an images:DIR folder (t2i_audit/sources/layouts; None: detected)
+    name: Optional[str] = Field(default=None, min_length=1)
+    layout: Optional[str] = None
 
     @field_validator("loras")
     @classmethod
@@ -136,19 +140,21 @@ class RunConfig(BaseModel):
         return RunConfig.model_validate(filled)
 
     def _hash(self, exclude: frozenset | set = frozenset()) -> str:
-        return stable_hash({**self.model_dump(exclude=NOT_IDENTITY | VARIANT | set(exclude) | self.unset_optional()),
+        return stable_hash({**self.dump(exclude=NOT_IDENTITY | VARIANT | set(exclude)),
                             **self.variant().identity()})[:6]
 
-    def unset_optional(self) -> set[str]:
-        """Settings added for other sources that this run does not use: left out of its identity and run.yaml, so a
-        run made before they existed keeps its fingerprint."""
-        return {k for k in ONLY_WHEN_SET if getattr(self, k) is None}
+    def dump(self, *, exclude: frozenset | set = frozenset()) -> dict:
+        """The settings as run.yaml, fingerprints and identities hold them: those of WHEN_SET only when set, so a
+        run made before they existed keeps its fingerprint, identity and run.yaml."""
+        return {k: v for k, v in self.model_dump(exclude=set(exclude)).items() if not (k in WHEN_SET and v is None)}
 
 
 # where a run goes, which stages run now, on which device and how many at once: none changes what is made
 # (a resume keeps the batch size it was planned with: generate._keep_recorded_plan)
 NOT_IDENTITY = {"out", "stages", "device", "batch_size", "compile", "offload", "vae_tiling", "concurrency"}
-ONLY_WHEN_SET = {"base_url"}  # part of the identity when given (RunConfig.unset_optional)
+# settings that enter run.yaml and identities only when given (RunConfig.dump): the model's name, a folder's layout,
+# the server of `openai:MODEL` (another server is another model)
+WHEN_SET = {"name", "layout", "base_url"}
 # the variant enters identities by content (Variant.identity: sha256 and scale), not by path, and only when
 # there is one: a run without LoRAs or components keeps the fingerprint and identity it always had
 VARIANT = {"loras", "components"}
@@ -174,8 +180,7 @@ def run_identity(cfg: RunConfig, card, records: list[dict], recorded: Optional[d
     `run --config RUN/run.yaml` resume matches) with the prompts by content. Not ``images_per_prompt``:
     more samples extend a run (the images made stay, each with its own seed), as `-n` always did."""
     filled = RunConfig.model_validate({**cfg.model_dump(), **resolved_settings(cfg, card)})
-    return {**filled.model_dump(exclude=NOT_IDENTITY | VARIANT | {"prompts", "images_per_prompt"}
-                                | filled.unset_optional()),
+    return {**filled.dump(exclude=NOT_IDENTITY | VARIANT | {"prompts", "images_per_prompt"}),
             **cfg.variant().identity(), "prompts": prompt_digest(records, (recorded or {}).get("prompts"))}
 
 
@@ -249,8 +254,8 @@ def default_run_dir(cfg: RunConfig, card=None, *, command: str = "run", settings
     made by another command (``select``) is named by that command and its own settings, never like a
     plain run of the same model and prompts (it would land in that run's folder)."""
     suites = "+".join(Path(p).stem for p in cfg.prompts)
-    model = cfg.model.replace("hf:", "").replace("/", "--").replace("@", "-").strip(".-") or "model"
-    if cfg.model.startswith(("endpoint:", "openai:", "python:")):  # a URL or module path: the card's plain name
+    model = (cfg.name or cfg.model).replace("hf:", "").replace("/", "--").replace("@", "-").strip(".-") or "model"
+    if not cfg.name and cfg.model.startswith(("endpoint:", "openai:", "python:")):  # a URL or module: the card's name
         from .models import resolve_model
 
         model = (card or resolve_model(cfg.model)).name.replace("/", "--").replace("@", "-").replace(":", "-")
@@ -294,6 +299,18 @@ def library_versions() -> dict[str, Optional[str]]:
     return out
 
 
+def named_card(cfg: RunConfig, card):
+    """``card`` as ``cfg`` names it (``name``) and, for a folder of images, reads it (``layout``)."""
+    from dataclasses import replace
+
+    if cfg.layout is not None:
+        if card.kind != "images":
+            raise AuditError(f"layout {cfg.layout!r}: a layout belongs to images read from a folder (run --images "
+                             f"DIR), not to model {cfg.model!r}")
+        card = replace(card, source_options={**card.source_options, "layout": cfg.layout})
+    return replace(card, name=cfg.name) if cfg.name else card
+
+
 def resolved_settings(cfg: RunConfig, card) -> dict:
     d = card.defaults
     return {"steps": cfg.steps or d["steps"], "guidance": d["guidance"] if cfg.guidance is None else cfg.guidance,
@@ -315,9 +332,9 @@ def prepare_run(cfg: RunConfig, card, records: list[dict], *, root: Optional[Pat
         atomic_write_jsonl(run.prompts, records)
     variant = cfg.variant()
     # absolute paths for the variant's files (a `run --config RUN/run.yaml` from elsewhere finds them); none: as before
-    # a pipeline's run.yaml never names the settings of hosted models (nor base_url where none is given)
-    unused = cfg.unset_optional() | ({"concurrency"} if card.has_pipeline else set())
-    resolved = {**cfg.model_dump(exclude=VARIANT | unused), **(variant.as_config() if variant else {}),
+    # a pipeline's run.yaml never names the settings of hosted models
+    unused = {"concurrency"} if card.has_pipeline else set()
+    resolved = {**cfg.dump(exclude=VARIANT | unused), **(variant.as_config() if variant else {}),
                 **resolved_settings(cfg, card), "out": str(run.root)}
     atomic_write_text(run.config, yaml.safe_dump(resolved, sort_keys=False))
     manifest = run.read_manifest()
@@ -348,7 +365,7 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     from .processes import process_state
 
     # validate everything before the first byte is written
-    card = resolve_model_for(cfg)
+    card = named_card(cfg, resolve_model_for(cfg))
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
     variant = cfg.variant()  # every file found and hashed, then checked against the model: before any claim
     if variant:
@@ -363,8 +380,14 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     preflight(cfg, card, records, device, progress=progress and state.is_main_process)
     run = RunDir(cfg.out or default_run_dir(cfg, card))
     # a new or empty folder, or a run this command made with these settings: never write over someone's files
-    claim_output_dir(run.root, "run", command="run",
-                     settings=run_identity(cfg, card, records, recorded_settings(run.root)))
+    identity = run_identity(cfg, card, records, recorded_settings(run.root))
+    if not card.has_pipeline:  # a folder's images are read, checked and hashed here: their sha256 is the run's
+        from .sources import source_identity
+
+        suite = expand_suites(cfg.prompts) if cfg.limit else None  # images of prompts --limit left out: not used
+        identity.update(source_identity(card, records, cfg.images_per_prompt, run.root, suite=suite,
+                                        progress=progress))
+    claim_output_dir(run.root, "run", command="run", settings=identity)
     with RunLock(run.root, state.process_index):
         refuse_fewer_samples(run, cfg)
         if state.is_main_process:

@@ -45,6 +45,11 @@ PLUGIN_CLIS = ("t2i_audit.scorers.cli", "t2i_audit.probes.cli", "t2i_audit.repor
 @app.command()
 def run(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Card name (see `models`), hf:org/repo\\[@rev], a local pipeline folder, endpoint:URL, openai:MODEL or python:module:function."),
+    images: Optional[str] = typer.Option(None, "--images", help="Audit images made elsewhere instead of a --model: "
+                                         "a folder (GenEval's, T2I-CompBench's or ImageFolder's layout, or a saved "
+                                         "Hugging Face dataset), a CSV/JSONL manifest, or hf:ORG/NAME[:SPLIT]."),
+    name: Optional[str] = typer.Option(None, "--name", help="The model's name in reports and boards (default: the card's; for --images the folder's)."),
+    layout: Optional[str] = typer.Option(None, "--layout", help="Layout of --images: geneval | t2i-compbench | imagefolder | hf-dataset | manifest (default: detected)."),
     prompts: Optional[List[Path]] = typer.Option(None, "--prompts", "-p", help="Suite YAML file(s), or PromptRecords .jsonl (`prompts import`)."),
     config: Optional[Path] = typer.Option(None, "--config", help="A run.yaml to rerun; other options override it."),
     limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
@@ -84,7 +89,12 @@ def run(
         require_input(config, "--config")
     for p in prompts or ():  # before any work: a FIFO or /dev/zero would never end
         require_suite(p)
-    given = {"model": model, "prompts": [str(p) for p in prompts] if prompts else None, "limit": limit,
+    if images is not None:
+        if model is not None:
+            raise AuditError("run: give --model (a model that makes the images) or --images (images made "
+                             "elsewhere), not both")
+        model = "images:" + (images if images.startswith("hf:") else str(Path(images).resolve()))
+    given = {"model": model, "name": name, "layout": layout, "prompts": [str(p) for p in prompts] if prompts else None, "limit": limit,
              "images_per_prompt": images_per_prompt, "seed": seed, "batch_size": batch_size, "device": device,
              "dtype": dtype, "steps": steps, "guidance": guidance, "size": size,
              "scorers": list(scorer) if scorer else None,
@@ -96,7 +106,7 @@ def run(
         cfg = api.load_config(config, **given)
     else:
         if not model or not prompts:
-            raise AuditError("run needs --model and --prompts (or --config run.yaml)")
+            raise AuditError("run needs --model (or --images) and --prompts (or --config run.yaml)")
         cfg = api.make_config({k: v for k, v in given.items() if v is not None}, where="command line")
     root = api.run_audit(cfg, progress=not quiet)
     if os.environ.get("RANK", "0") != "0":  # under accelerate/torchrun only the main process reports
@@ -187,17 +197,31 @@ def prompts_show(file: Path = typer.Argument(..., help="A suite YAML, or a shipp
 
 @prompts_app.command("export")
 def prompts_export(files: List[Path] = typer.Argument(..., help="Suite YAML files, or shipped suites' names."),
-                   out: Path = typer.Option(..., "--out", "-o", help="PromptRecords JSONL to write."),
+                   out: Path = typer.Option(..., "--out", "-o", help="PromptRecords JSONL to write (with --layout: a folder)."),
                    limit: Optional[int] = typer.Option(None, help="Keep a balanced, deterministic subset of N prompts."),
-                   seed: int = typer.Option(0, help="Seed of the --limit subset."),
+                   seed: int = typer.Option(0, help="Seed of the --limit subset (and, with --layout imagefolder, the base seed of each image's seed)."),
+                   layout: Optional[str] = typer.Option(None, "--layout", help="Hand the suite to another generator: geneval | t2i-compbench | imagefolder. Writes the prompt file it reads, prompts.jsonl and expected.txt (the images it must write back for `run --images`)."),
+                   images_per_prompt: int = typer.Option(1, "--images-per-prompt", "-n", min=1, help="Images per prompt expected back (with --layout)."),
                    force: bool = typer.Option(False, "--force", help="Replace an existing file at --out (never done otherwise).")):
-    """Expand suites to a JSONL file of PromptRecords."""
+    """Expand suites to a JSONL file of PromptRecords, or (--layout) to another generator's prompt files."""
     from .api import export_prompts
     from .cli_checks import require_suite
     from .ownership import claim_output_file
 
     for f in files:
         require_suite(f, "FILES")
+    if layout is not None:
+        from .api import expand_suites, prompt_digest
+        from .ownership import claim_output_dir
+        from .sources.export import EXPORT_LAYOUTS, export_layout
+
+        if layout not in EXPORT_LAYOUTS:
+            raise AuditError(f"--layout {layout!r}: prompts export writes {', '.join(EXPORT_LAYOUTS)}")
+        records = expand_suites([str(f) for f in files], limit, seed)
+        claim_output_dir(out, "prompt-export", settings={"layout": layout, "images_per_prompt": images_per_prompt,
+                                                         "seed": seed, "prompts": prompt_digest(records)})
+        typer.echo(export_layout(records, layout, out, images_per_prompt, seed))
+        return
     claim_output_file(out, force=force)
     n = export_prompts([str(f) for f in files], out, limit, seed)
     typer.echo(f"wrote {n} prompts to {out}")

@@ -311,7 +311,8 @@ def pixel_digest(img) -> str:
     import numpy as np
     from PIL import Image
 
-    small = img.convert("RGB").resize((8, 8), resample=Image.Resampling.BOX)  # BOX: plain block means
+    rgb = img if img.mode == "RGB" else img.convert("RGB")  # (convert would copy an RGB image whole)
+    small = rgb.resize((8, 8), resample=Image.Resampling.BOX)  # BOX: plain block means
     return np.asarray(small, dtype="uint8").tobytes().hex()
 
 
@@ -600,8 +601,9 @@ def merge_shards(run: RunDir, prompts: list[dict], images_per_prompt: int, made_
         for f in r["flags"]:
             flags[f] = flags.get(f, 0) + 1
     missing = len(order) - len(records)
+    timed = [r["seconds"] for r in records if r.get("seconds") is not None]  # none: images made elsewhere
     counts = {"status": "done" if not missing else "incomplete", "images": len(records),
               "generated_now": made_now, "missing": missing, "flags": flags,
-              "seconds_per_image": round(sum(r["seconds"] for r in records) / max(1, len(records)), 4)}
+              "seconds_per_image": round(sum(timed) / len(timed), 4) if timed else None}
     run.update_stage("generate", **counts)
     return counts

@@ -49,6 +49,7 @@ class ModelCard:
     # (a lab's own sampler) — whose runs generate, score and report but cannot be probed (no activations)
     kind: str = "pipeline"
     target: Optional[str] = None  # what a non-pipeline source reads or calls: the folder, URL, model name, callable
+    source_options: dict = field(default_factory=dict)  # how the source reads it (a folder's layout: {"layout": …})
 
     @property
     def has_pipeline(self) -> bool:
@@ -137,7 +138,9 @@ class ModelCard:
                 "variant": self.variant, "vae_dtype": self.vae_dtype, "components": self.components,
                 "offload": self.offload, "vae_tiling": self.vae_tiling, "sources": self.sources,
                 "licence": self.licence, "gated": self.gated,
-                **({"kind": self.kind, "target": self.target} if not self.has_pipeline else {}),
+                **({"kind": self.kind, "target": self.target, **({"source_options": self.source_options}
+                                                                  if self.source_options else {})}
+                   if not self.has_pipeline else {}),
                 # "variant" is the weights variant (fp16 files); the user's LoRAs / components are "adapted"
                 **({"adapted": self.adapted.described()} if self.adapted else {})}
 

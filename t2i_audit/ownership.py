@@ -52,6 +52,7 @@ WRITERS: dict[str, tuple[str, ...]] = {
     "sweep": ("mini sweep",),
     "board": ("board",),
     "track": ("track",),
+    "prompt-export": ("prompts export",),  # --layout: another generator's prompt files (sources/export.py)
 }
 
 

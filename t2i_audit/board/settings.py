@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 
 from ..api import NOT_IDENTITY
 
-SUBJECT = ("model", "loras", "components")
+SUBJECT = ("model", "loras", "components", "name", "base_url")  # name: --name; base_url: the server of openai:MODEL
 SAMPLING = ("prompts", "limit", "seed")
 PROTOCOL = ("suite", "images_per_prompt")  # besides the judges (entry["judges"], compared where shared)
-HOW_IT_RAN = frozenset(NOT_IDENTITY) | {"scorers", "probe_model"}
+HOW_IT_RAN = frozenset(NOT_IDENTITY) | {"scorers", "probe_model", "layout"}  # layout: how a folder is read
 SHOWN_FIRST = ("steps", "guidance", "size", "dtype", "scheduler", "source", "suite", "images_per_prompt")
 
 # the rule in words: `board --help`, `compare --help` and both pages state it

@@ -4,9 +4,10 @@
 # >>> It also says what your final report must contain.
 """Where a run's images come from when no diffusers pipeline makes them.
 
-A model reference with one of :data:`PREFIXES` (``endpoint:URL``, ``openai:MODEL``, ``python:module:function``),
-or ``run --images DIR`` (images made elsewhere), resolves to a :class:`~t2i_audit.models.ModelCard` whose ``kind``
-names its source module here. Every source writes what ``generate.py`` writes — ``images/<prompt_id>/<sample>.*``
+A model reference with one of :data:`PREFIXES` (``endpoint:URL``, ``openai:MODEL``, ``python:module:function``,
+and ``images:DIR`` — what ``run --images DIR`` makes: images made elsewhere, :mod:`.folder`) resolves to a
+:class:`~t2i_audit.models.ModelCard` whose ``kind`` names its source module here. A source may add to its run's
+identity before the run folder is claimed (:func:`source_identity`: a folder, its images' sha256). Every source writes what ``generate.py`` writes — ``images/<prompt_id>/<sample>.*``
 and the records of images.jsonl — so scoring, reports, comparisons and boards never know the difference; only the
 stages that need the model's activations (probes, early prediction, selection) need a pipeline, and say so.
 
@@ -21,7 +22,7 @@ import importlib
 from typing import Optional
 
 # model-reference prefix -> the card's kind
-PREFIXES = {"endpoint:": "endpoint", "openai:": "openai", "python:": "python"}
+PREFIXES = {"endpoint:": "endpoint", "openai:": "openai", "python:": "python", "images:": "images"}
 # card kind -> module of this package that makes (or reads) its images
 MODULES = {"images": "folder", "endpoint": "hosted", "openai": "hosted", "python": "callable"}
 
@@ -72,6 +73,14 @@ def refuse_without_pipeline(what: str, *, model: Optional[str] = None, run=None)
         why = needs_pipeline(card, what) if card is not None else None
         if why:
             raise AuditError(f"{why}; give a model that has one (a card name, hf:org/repo or a pipeline folder)")
+
+
+def source_identity(card, prompts: list[dict], images_per_prompt: int, out=None, **kw) -> dict:
+    """What a source adds to its run's identity before the run folder is claimed (a folder: its images' sha256;
+    ``out``: the run folder, which must not lie inside what the source reads; ``suite``: the records a --limit run
+    drew its prompts from; ``progress``); {} for a source that adds none."""
+    fn = getattr(_module(card.kind), "identity", None)
+    return fn(card, prompts, images_per_prompt, out, **kw) if fn is not None else {}
 
 
 def needs_pipeline(card, what: str) -> Optional[str]:

@@ -1,3 +1,7 @@
+# >>> LEAD TO ENGINEER (read now, then delete these 4 lines in your first commit): before anything else read
+# >>> /work/notes/common.md — how to work here: your worktree only, PYTHONPATH=$WT with /work/main/.venv/bin/python,
+# >>> 2 shared cores (targeted tests, -n 0, OMP_NUM_THREADS=1, never the whole suite), no git stash, deadline 01:40 UTC.
+# >>> It also says what your final report must contain.
 """What every image source shares: the requests a run makes (prompt, sample, seed, settings), and the one way an
 image that arrives from anywhere becomes a run's image — validated, written atomically under ``images/``, recorded
 in the process's shard exactly as a pipeline's image is (generate.py), so resume, verify, scoring and reports treat
@@ -8,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from ..errors import AuditError
@@ -51,21 +57,24 @@ def decode(data: bytes, where: str):
         img.load()
     except AuditError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+    except UnidentifiedImageError:
+        raise AuditError(f"{where}: not a readable image (no image format PIL knows: PNG, JPEG, WebP …)") from None
+    except (OSError, ValueError, Image.DecompressionBombError) as e:
         raise AuditError(f"{where}: not a readable image ({type(e).__name__}: {e})") from None
     return img
 
 
 def image_record_fields(data: bytes, img) -> dict:
     """The fields of an image record that describe its bytes and pixels (as generate.py records them)."""
-    import numpy as np
-
     from ..generate import BLACK_MAX, pixel_digest
 
-    rgb = img.convert("RGB")
-    flags = ["black"] if float(np.asarray(rgb).max()) / 255 < BLACK_MAX else []
+    rgb = img if img.mode == "RGB" else img.convert("RGB")
+    digest = pixel_digest(rgb)
+    # black: the brightest value under BLACK_MAX. No pixel is darker than the brightest 8×8 block mean, so a
+    # digest with a bright block settles it without a pass over every pixel (the exact test runs only otherwise)
+    dark = max(bytes.fromhex(digest)) / 255 < BLACK_MAX and max(hi for _, hi in rgb.getextrema()) / 255 < BLACK_MAX
     return {"sha256": hashlib.sha256(data).hexdigest(), "width": int(img.width), "height": int(img.height),
-            "pixel_digest": pixel_digest(rgb), "flags": flags}
+            "pixel_digest": digest, "flags": ["black"] if dark else []}
 
 
 def write_image(run: RunDir, model: str, req: ImageRequest, image, *, seconds: float, rank: int = 0,
@@ -73,21 +82,62 @@ def write_image(run: RunDir, model: str, req: ImageRequest, image, *, seconds: f
     """Record one arrived image of ``req``: ``image`` is its encoded bytes (PNG, JPEG, WebP: kept as they are) or a
     PIL image (written as PNG). The file first (atomic), then its line in the process's shard: a record never
     outruns its file, and a killed run resumes without asking for it again. Returns the record."""
-    if isinstance(image, (bytes, bytearray)):
-        data = bytes(image)
-        img = decode(data, where or f"{req.prompt_id}/{req.sample}")
-        if img.format not in EXTENSIONS:  # a format a reader may not open (TIFF, BMP …): stored as PNG
-            data, img = _png(img), None
-    else:
-        data, img = _png(image), None
-    if img is None:
-        img = decode(data, where or f"{req.prompt_id}/{req.sample}")
-    path = run.image_path(req.prompt_id, req.sample).with_suffix(EXTENSIONS[img.format])
-    atomic_write_bytes(path, data)
+    data = bytes(image) if isinstance(image, (bytes, bytearray)) else _png(image)
+    data, fields, ext = checked_image(data, where or f"{req.prompt_id}/{req.sample}")
+    return record_image(run, model, req, data, fields, ext, seconds=seconds, rank=rank, extra=extra)
+
+
+def checked_image(data: bytes, where: str) -> tuple[bytes, dict, str]:
+    """(the bytes to store, the record's fields that describe them, their extension): ``data`` decoded once (an
+    AuditError naming ``where`` when it is no image or over the pixel bound); a format a reader may not open (TIFF,
+    BMP …) is stored as PNG, the others as their own bytes."""
+    img = decode(data, where)
+    if img.format not in EXTENSIONS:
+        data = _png(img)
+        img = decode(data, where)
+    return data, image_record_fields(data, img), EXTENSIONS[img.format]
+
+
+def copy_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a staged name, then rename: a kill never leaves a torn file), without
+    the fsync of :func:`~t2i_audit.rundir.atomic_write_bytes`: for a copy of bytes that still lie where they came
+    from. After a power cut such a file may be empty while its record says otherwise; a resume compares every
+    recorded file's sha256 (generate._done_items) and copies it again. The fsync it saves costs more than
+    decoding the image on this machine's disk (3 ms against 10 ms for a 512² PNG)."""
+    import tempfile
+
+    from ..rundir import file_mode, naming
+
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), file_mode())
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+
+def record_image(run: RunDir, model: str, req: ImageRequest, data: bytes, fields: dict, ext: str, *,
+                 seconds: Optional[float], rank: int = 0, extra: Optional[dict] = None, append: bool = True,
+                 durable: bool = True) -> dict:
+    """Write ``data`` (checked by :func:`checked_image`, which gave ``fields`` and ``ext``) as the image of
+    ``req`` and append its record to the process's shard; the file first (atomic), then the record. ``seconds``:
+    what the image cost to make, None where nobody says (images made elsewhere). ``append=False``: the caller
+    appends the returned record, with others, after their files (one durable append a batch, as generate.py).
+    ``durable=False``: the file is not fsynced (:func:`copy_bytes`; a copy whose source stays)."""
+    path = run.image_path(req.prompt_id, req.sample).with_suffix(ext)
+    (atomic_write_bytes if durable else copy_bytes)(path, data)
     record = {"prompt_id": req.prompt_id, "sample": req.sample, "seed": req.seed, "path": run.rel(path),
-              **image_record_fields(data, img), "seconds": round(seconds, 4), "model": model, "rank": rank,
-              **(extra or {})}
-    append_jsonl(run.image_shard(rank), [record])
+              **fields, "seconds": None if seconds is None else round(seconds, 4), "model": model, "rank": rank, **(extra or {})}
+    if append:
+        append_jsonl(run.image_shard(rank), [record])
     return record
 
 
@@ -95,3 +145,34 @@ def _png(img) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     return buf.getvalue()
+
+
+MAX_IMAGE_BYTES = 256 << 20  # one image file: an 8192² RGBA PNG stored uncompressed is ~256 MiB
+
+
+def inside(path: Path, root: Path, where: str) -> Path:
+    """``path`` resolved (symlinks followed) when it lies inside ``root``; an AuditError otherwise: a folder made
+    elsewhere may hold a link to ``/etc/shadow`` or ``~/.ssh``, and we read only what the folder itself holds."""
+    real, base = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    if real != base and base not in real.parents:
+        raise AuditError(f"{where}: {path.name} points outside {root} (to {real}); t2i-audit reads only files "
+                         "inside the images folder — copy the image there instead of linking it")
+    return real
+
+
+def read_image_file(path: Path, root: Path, where: str = "") -> bytes:
+    """The bytes of an image file of an images folder: inside ``root`` (links too), a regular file (never a FIFO,
+    device or socket: a read that never ends), at most :data:`MAX_IMAGE_BYTES`. Read, never moved or changed."""
+    from ..safeload import regular_file
+
+    where = where or str(path)
+    real = inside(path, root, where)
+    regular_file(real, where, MAX_IMAGE_BYTES)
+    try:
+        with open(real, "rb") as f:
+            data = f.read(MAX_IMAGE_BYTES + 1)  # bounded even if the file grew since its stat
+    except PermissionError:
+        raise AuditError(f"{where}: permission denied (cannot read it)") from None
+    if len(data) > MAX_IMAGE_BYTES:
+        raise AuditError(f"{where}: more than the {MAX_IMAGE_BYTES:,} bytes an image may have")
+    return data
