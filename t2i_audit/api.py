@@ -377,7 +377,6 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         state = process_state(device)  # created once; every stage shares its work between processes
     else:  # a hosted model's or a sampler's images alone: requests and files, no torch to import (seconds saved)
         device, state = ("cpu" if cfg.device == "auto" else cfg.device), OneProcess()
-    preflight(cfg, card, records, device, progress=progress and state.is_main_process)
     run = RunDir(cfg.out or default_run_dir(cfg, card))
     # a new or empty folder, or a run this command made with these settings: never write over someone's files
     identity = run_identity(cfg, card, records, recorded_settings(run.root))
@@ -387,6 +386,8 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
         suite = expand_suites(cfg.prompts) if cfg.limit else None  # images of prompts --limit left out: not used
         identity.update(source_identity(card, records, cfg.images_per_prompt, run.root, suite=suite,
                                         progress=progress))
+    # the judges checked after the user's own inputs (a folder's layout, its images): those are named first
+    preflight(cfg, card, records, device, progress=progress and state.is_main_process)
     claim_output_dir(run.root, "run", command="run", settings=identity)
     with RunLock(run.root, state.process_index):
         refuse_fewer_samples(run, cfg)

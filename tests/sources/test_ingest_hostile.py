@@ -109,7 +109,7 @@ def test_a_real_process_exits_2_on_a_truncated_png(mini_run, tmp_path):
     folder = _imagefolder(mini_run, tmp_path)
     _truncated(folder, tmp_path)
     r = subprocess.run([sys.executable, "-m", "t2i_audit.cli", "run", "--images", str(folder), "--prompts", "mini",
-                        "--limit", "4", "-n", "2", "--out", str(tmp_path / "run"), "-q"],
+                        "--limit", "4", "-n", "2", "--scorer", "mini-pixel", "--out", str(tmp_path / "run"), "-q"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.startswith(f"error: {folder / 'img0_0.png'} (") , r.stderr
     assert "metadata.jsonl:1): not a readable image (OSError: image file is truncated)" in r.stderr
