@@ -147,7 +147,16 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def dumps_line(record: dict) -> str:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+    """One JSONL line: strict JSON, so NaN or infinity is refused here (ValueError naming the key) instead of
+    written as ``NaN``, which no JSON reader but Python's accepts and every reader of ours refuses."""
+    try:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:
+        from .records import _non_finite, key_path
+
+        where = _non_finite(record)
+        raise ValueError(f"record not written: {key_path(where or ())} is not a finite number (JSON has no NaN "
+                         f"or infinity): {str(record)[:200]}") from None
 
 
 def atomic_write_jsonl(path: Path, records: Iterable[dict]) -> int:
