@@ -26,7 +26,7 @@ from ..errors import AuditError
 from ..ownership import claim_output_dir
 from ..rundir import RunDir, atomic_write_json, atomic_write_text
 from ..scenes import prompt_groups
-from .html import render, static_assets
+from .html import page_href, render, static_assets
 from .tables import choose_scorer, decided_by_category, load_run, write_tables
 from .thumbs import Thumbs
 
@@ -209,7 +209,7 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
                   for q in run.prompts[r["prompt_id"]].get("questions", [])]
             cells.append({"model": lab, "verdict": r["verdict"], "failure_types": r["failure_types"],
                           "thumb": thumbs.ensure(path, r["sha256"]),
-                          "href": Path(os.path.relpath(path, out)).as_posix(), "questions": qs})
+                          "href": page_href(path, out), "questions": qs})
         cards.append({"text": p0[key].get("text"), "category": p0[key].get("category"),
                       "template": p0[key].get("template"), "sample": s, "cells": cells})
     thumbs.prune()

@@ -89,3 +89,62 @@ def test_an_open_clip_config_stays_registered_after_its_folder_is_gone():
     register_open_clip_config("t2i-audit-test-arch-b", {**cfg, "embed_dim": cfg["embed_dim"] * 2})
     assert open_clip.get_model_config("t2i-audit-test-arch-a") == json.loads(json.dumps(cfg))
     assert open_clip.get_model_config("t2i-audit-test-arch-b")["embed_dim"] == cfg["embed_dim"] * 2
+
+
+# --- links built from data are paths, never a scheme ----------------------------------------------------------
+
+HOSTILE = "javascript:alert(1)#x?y"  # a folder name a user (or an unpacked archive) can give a run
+
+
+def _links(page: Path) -> list[str]:
+    import re
+
+    return re.findall(r'(?:href|src)="([^"]*)"', page.read_text())
+
+
+def _safe_and_resolving(page: Path) -> list[str]:
+    """The data links of ``page`` (not in-page anchors, not inlined data): each a relative path that starts with
+    ./ or ../ and, unquoted, names a file that exists."""
+    import re
+    from urllib.parse import unquote
+
+    links = [x for x in _links(page) if not x.startswith(("#", "data:"))]
+    for x in links:
+        assert not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", x), f"{page.name}: {x!r} is read as a scheme"
+    own = re.compile(r"^thumbs/[0-9a-f]{2}/[0-9a-f]{64}\.jpg$")  # the page's own thumbnails, named by sha256
+    data = [x for x in links if "/" in x and not own.match(x)]
+    for x in data:
+        assert x.startswith(("./", "../")), f"{page.name}: {x!r}"
+        assert (page.parent / unquote(x)).exists(), f"{page.name}: {x!r} leads nowhere"
+    return data
+
+
+def test_a_run_folder_named_like_a_scheme_is_a_path_on_every_page(tmp_path, monkeypatch, capsys):
+    """Before: a run folder ``javascript:…`` inside the board folder became ``href="javascript:…"`` on the board
+    page. Every link a page builds from data (board, compare, the run's own report) is relative, ./-prefixed and
+    quoted, and leads to the file it names."""
+    sys.path.insert(0, str(REPO / "tests" / "board"))
+    from boardkit import reported_run
+
+    import shutil
+
+    board = tmp_path / "board"
+    other = reported_run(tmp_path / "plain", skill=0.5, model="model-plain")
+    assert invoke(["board", str(other), "--out", str(board), "-q"], tmp_path, monkeypatch, capsys)[0] == 0
+    odd = Path(shutil.copytree(reported_run(tmp_path / "odd", skill=0.9, model="model-odd"), board / HOSTILE))
+    code, out = invoke(["board", str(odd), "--out", str(board), "-q"], tmp_path, monkeypatch, capsys)
+    assert code == 0, out
+    page = board / "index.html"
+    hrefs = _safe_and_resolving(page)
+    assert any("javascript%3Aalert%281%29%23x%3Fy/report/index.html" in x for x in hrefs), hrefs
+    assert 'href="javascript:' not in page.read_text()
+    code, out = invoke(["compare", str(odd), str(other), "--out", str(board / "cmp")], tmp_path, monkeypatch, capsys)
+    assert code in (0, 1), out
+    assert any("javascript%3A" in x for x in _safe_and_resolving(board / "cmp" / "index.html"))
+    _safe_and_resolving(odd / "report" / "index.html")
+
+
+def test_a_track_link_to_a_checkpoint_run_is_a_quoted_path():
+    from t2i_audit.track.page import _run_href
+
+    assert _run_href("runs/javascript:alert(1)") == "./runs/javascript%3Aalert%281%29/report/index.html"
