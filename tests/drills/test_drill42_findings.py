@@ -148,3 +148,61 @@ def test_a_track_link_to_a_checkpoint_run_is_a_quoted_path():
     from t2i_audit.track.page import _run_href
 
     assert _run_href("runs/javascript:alert(1)") == "./runs/javascript%3Aalert%281%29/report/index.html"
+
+
+# --- checkpoints: one folder a step, odd names said; one LoRA once ----------------------------------------------
+
+def _training_output(root: Path, *names: str) -> Path:
+    """A training output folder whose checkpoint folders are named ``names`` (empty: discovery reads names first)."""
+    for n in names:
+        (root / n).mkdir(parents=True)
+    return root
+
+
+def _track(out: Path, tmp_path, monkeypatch, capsys, *extra) -> tuple:
+    return invoke(["track", str(out), "--model", "tiny-sd", "--prompts", str(REPO / "prompts/colors.yaml"),
+                   "--limit", "2", "--settle", "0", "--out", str(tmp_path / "track"), *extra],
+                  tmp_path, monkeypatch, capsys)
+
+
+def test_two_folders_of_one_step_are_refused_naming_both(tmp_path, monkeypatch, capsys):
+    """Before: ``checkpoint-10`` and ``checkpoint-00010`` were both audited as step 10."""
+    out = _training_output(tmp_path / "train", "checkpoint-10", "checkpoint-00010", "checkpoint-20")
+    code, said = _track(out, tmp_path, monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in said, said
+    assert "checkpoint-00010 and checkpoint-10 are both step 10" in said, said
+    assert "checkpoint-20" not in said.split("error:")[-1] and not (tmp_path / "track").exists()
+
+
+def test_checkpoint_folders_without_a_step_number_are_named(tmp_path, monkeypatch, capsys):
+    """Before: ``checkpoint-abc`` and ``checkpoint-7.5`` were left out of the curve without a word. Said in one
+    warning line, before anything else happens (here the --out folder is then refused: the warning came first)."""
+    from t2i_audit.track.discover import Base, discover
+
+    out = _training_output(tmp_path / "train", "checkpoint-abc", "checkpoint-7.5", "checkpoints/checkpoint_x",
+                           "logs")
+    found = discover(out, Base(components=("unet",)), settle=0)
+    assert found.ignored == ["checkpoint-7.5", "checkpoint-abc", "checkpoints/checkpoint_x"]
+    (tmp_path / "track").mkdir()
+    (tmp_path / "track" / "mine.txt").write_text("x")  # not a track folder: refused after discovery
+    code, said = _track(out, tmp_path, monkeypatch, capsys, "-q")
+    assert code == 2, said
+    warning = next(line for line in said.splitlines() if "warning" in line)
+    assert "3 folder(s) named like checkpoints have no step number" in warning
+    assert "checkpoint-7.5, checkpoint-abc, checkpoints/checkpoint_x" in warning and "logs" not in warning
+
+
+def test_the_same_lora_twice_is_refused_naming_the_spec(variant_files, tmp_path, monkeypatch, capsys):
+    """Before: ``--lora F --lora F:0.5`` loaded two adapters of one file (applied twice). A copy of the file under
+    another name is the same weights too."""
+    import shutil
+
+    lora = variant_files["lora"]
+    copy = Path(shutil.copy(lora, tmp_path / "copy.safetensors"))
+    for second in (f"{lora}:0.5", str(copy)):
+        out = tmp_path / "run"
+        code, said = invoke(["run", "--model", "tiny-sd", "--prompts", "mini", "--limit", "2", "--stages", "prompts",
+                             "--lora", str(lora), "--lora", second, "--out", str(out)], tmp_path, monkeypatch, capsys)
+        assert code == 2 and "Traceback" not in said, said
+        assert f"--lora '{second}': the same LoRA weights as --lora '{lora}'" in said, said
+        assert not out.exists()
