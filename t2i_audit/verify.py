@@ -17,8 +17,9 @@ What a run records about its files is checked, category by category:
   (a stale record scored other pixels);
 * ``activations``: every array ``activations/<enc>/meta.json`` lists is a loadable ``.npy`` with
   ``meta["n"]`` rows and the sha256 meta.json recorded, and index.jsonl has ``n`` rows;
-* ``records``: no (image) twice in images.jsonl, no (image, question or metric) twice in a score
-  file — a rerun would keep either copy;
+* ``records``: no key twice in a file of a kind that names each record once (:attr:`RecordKind.key`: a prompt
+  id in prompts.jsonl, an image in images.jsonl, an (image, question or metric) in a score file) — a reader
+  refuses the file, and before readers did, a prompt's images moved category or an image counted twice;
 * ``stray``: score files no score stage of this run wrote or started, PNGs no image record lists —
   neither images.jsonl nor the shards a resume reads (a PNG recorded only in a shard is a finished image
   a kill kept from being merged: the next run merges it, so it is a note, never advice to move it);
@@ -38,7 +39,7 @@ from typing import Optional
 
 from .errors import AuditError
 from .ownership import resume_command
-from .records import RECORD_KINDS, kind_of, problems_of
+from .records import RECORD_KINDS, kind_of, problems_of, repeats_in
 from .rundir import RunDir, file_sha256
 from .safeload import loads_json
 
@@ -49,7 +50,8 @@ CATEGORIES = {
     "images": "every image images.jsonl lists is on disk with its recorded sha256",
     "scores": "every score record's image_sha256 is the hash of the image now on disk",
     "activations": "every array meta.json lists loads, has meta's n rows and its recorded sha256",
-    "records": "no image twice in images.jsonl, no (image, question or metric) twice in a score file",
+    "records": "no record key twice in a file (a prompt id in prompts.jsonl, an image in images.jsonl, an image's "
+               "question or metric in a score file …)",
     "stray": "no score file or PNG that this run's stages did not write (images.jsonl and shards/ are read)",
     "stages": "every stage the manifest records has finished",
 }
@@ -69,6 +71,7 @@ class _Verifier:
         self.problems: list[Problem] = []
         self.checked = dict.fromkeys(CATEGORIES, 0)
         self.records: dict[Path, list[dict]] = {}  # parsed JSONL files, good lines only
+        self.numbered: dict[Path, list[tuple[int, dict]]] = {}  # the same, with their line numbers
         self.regenerated: list[dict] = []  # other bytes, same picture: made on another machine
         self.unsound: set[Path] = set()  # JSON documents whose fields its readers refuse
         self.unmerged: list[str] = []  # PNGs recorded only in shards/: finished, merged by the next run
@@ -104,12 +107,14 @@ class _Verifier:
             return [r for _, r in numbered]
         self.checked["fields"] += 1
         good, bad = [], {}
+        self.numbered[path] = []
         for i, rec in numbered:
             found = problems_of(kind, rec)
             if found:
                 bad[i] = found[0]
             else:
                 good.append(rec)
+                self.numbered[path].append((i, rec))
         if bad:
             first = next(iter(bad))
             self.bad("fields", path, f"{len(bad)} record(s) its readers refuse: line(s) "
@@ -237,23 +242,20 @@ class _Verifier:
 
     # --- records, stray files, stages ---------------------------------------------------------
     def check_duplicates(self) -> None:
-        files = [self.rd.images] + sorted(p for p in self.records if p.parent == self.rd.scores_dir)
-        for path in files:
-            if path not in self.records:
+        """Every file of a record kind that names each record once (records.RECORD_KINDS[kind].key)."""
+        for path in sorted(self.numbered):
+            kind = kind_of(self.rd.rel(path))
+            spec = RECORD_KINDS[kind]
+            if not (spec.key and spec.unique):
                 continue
             self.checked["records"] += 1
-            seen: dict[tuple, int] = defaultdict(int)
-            for r in self.records[path]:
-                key = (r.get("prompt_id"), r.get("sample", 0))
-                if path != self.rd.images:
-                    key += (r.get("scorer"), r.get("kind"), r.get("question_id"), r.get("metric"))
-                seen[key] += 1
-            twice = [k for k, c in seen.items() if c > 1]
+            twice = repeats_in(kind, self.numbered[path])
             if twice:
-                k = twice[0]
-                self.bad("records", path, f"{len(twice)} record(s) appear more than once (e.g. {k[0]} sample {k[1]}"
-                                          + (f", {k[3]} {k[4] or k[5]}" if len(k) > 2 else "") + "): a rerun "
-                                          "would keep one copy at random — remove the duplicates")
+                line, earlier, rec = twice[0]
+                named = ", ".join(f"{f} {rec.get(f)}" for f in spec.key if rec.get(f) is not None)
+                self.bad("records", path, f"{len(twice)} record(s) repeat the key of an earlier line (first: line "
+                                          f"{line}, {named}, as line {earlier}): readers refuse the file — keep one "
+                                          f"of each, or {spec.advice(path)}")
 
     def check_stray(self, manifest: dict) -> None:
         score = (manifest.get("stages") or {}).get("score") or {}

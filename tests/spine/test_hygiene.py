@@ -222,7 +222,7 @@ def test_duplicated_records_are_reported(run):
     forged.update(verdict=not forged["verdict"], value=0.99)
     with run.scores("yes").open("a") as f:
         f.write(json.dumps(forged) + "\n")
-    assert "appear more than once" in categories(run.root)["records"]
+    assert "repeat the key of an earlier line" in categories(run.root)["records"]
     with run.images.open("a") as f:
         f.write(run.images.read_text().split("\n")[0] + "\n")
     problems = [p for p in verify_run(run.root)["problems"] if p["category"] == "records"]

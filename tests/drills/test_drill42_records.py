@@ -1,0 +1,99 @@
+"""Two properties of every reader of a run's records (issue 42's drill), over every registered record kind
+(:data:`t2i_audit.records.RECORD_KINDS`), so a kind added later is held to them too:
+
+* **a key once**: every JSONL kind names the fields that identify a record (a prompt's id, an image's prompt and
+  sample, a score's image, question and metric …); a plain read refuses a record whose key an earlier line holds,
+  at ``file:line``. Where appending legitimately repeats a key (shards, a score stage in progress), the kind says
+  its merge's rule and only that merge reads the repeats.
+* **a finished file whole**: a file whose stage finished (see the second half) is read only with the lines the
+  stage wrote.
+
+The drill's reproducers go through the entry point: before, a prompt id twice moved images to another category and
+``verify`` called the run clean; an image line twice was counted twice by ``report``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from t2i_audit.errors import AuditError
+from t2i_audit.records import RECORD_KINDS, read_records
+from t2i_audit.verify import verify_run
+
+from ..spine.test_command_properties import invoke
+from .test_record_kinds import SAMPLES, _write
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+from synth import make_prompts, make_run  # noqa: E402
+
+JSONL_KINDS = sorted(k for k, spec in RECORD_KINDS.items() if spec.lines)
+
+
+def test_every_jsonl_kind_names_its_key_and_any_repeat_its_merge():
+    for kind in JSONL_KINDS:
+        spec = RECORD_KINDS[kind]
+        assert spec.key, f"{kind}: a JSONL kind names the fields that identify a record"
+        assert set(spec.key) <= set(spec.model().model_fields), (kind, spec.key)
+        assert spec.unique or spec.repeats, f"{kind}: repeats allowed without the merge's rule"
+
+
+@pytest.mark.parametrize("kind", JSONL_KINDS)
+def test_a_repeated_key_is_refused_by_the_one_reader_at_its_line(kind):
+    spec = RECORD_KINDS[kind]
+    record = SAMPLES[kind]
+    other = copy.deepcopy(record)
+    field = spec.key[-1]
+    other[field] = other[field] + 1 if isinstance(other[field], int) else f"{other[field]}x"
+    assert len(read_records(_write(kind, [record, other]), kind)) == 2  # other keys: read as they are
+    path = _write(kind, [record, other, dict(record, **{f: v for f, v in record.items() if f not in spec.key})])
+    if not spec.unique:  # every reader of the kind is its merge (shards): the repeats reach it
+        assert len(read_records(path, kind)) == 3 and spec.repeats
+        return
+    with pytest.raises(AuditError) as e:
+        read_records(path, kind)
+    assert str(e.value).startswith(f"{path}:3: {kind} record "), str(e.value)
+    assert "repeats line 1" in str(e.value) and spec.advice(path) in str(e.value)
+    from t2i_audit.records import repeats_in
+
+    assert [(i, j) for i, j, _ in repeats_in(kind, [(1, record), (2, other), (3, record)])] == [(3, 1)]
+    if spec.repeats:  # e.g. scores: a stage in progress appends; its merge reads them and folds them
+        assert len(read_records(path, kind, merging=True)) == 3
+
+
+@pytest.fixture
+def synth_run(tmp_path) -> Path:
+    return make_run(tmp_path / "run", prompts=make_prompts(n_binding=4, n_rel=2, n_count=2), samples=2, black=0,
+                    scorers=("clip-foil",), probes=False)
+
+
+def _report(run: Path, tmp_path, monkeypatch, capsys) -> tuple:
+    return invoke(["report", str(run), "-q"], tmp_path, monkeypatch, capsys)
+
+
+def test_a_prompt_id_twice_is_refused_and_verify_names_it(synth_run, tmp_path, monkeypatch, capsys):
+    """Before: the second line's category won, the prompt's images moved to it, and verify said clean."""
+    lines = (synth_run / "prompts.jsonl").read_text().splitlines()
+    moved = dict(json.loads(lines[0]), category="counting")
+    with open(synth_run / "prompts.jsonl", "a") as f:
+        f.write(json.dumps(moved) + "\n")
+    code, out = _report(synth_run, tmp_path, monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in out, out
+    assert f"prompts.jsonl:{len(lines) + 1}: prompts record id '{moved['id']}' repeats line 1" in out, out
+    result = verify_run(synth_run)
+    assert not result["ok"]
+    problem = next(p for p in result["problems"] if p["category"] == "records")
+    assert problem["path"] == "prompts.jsonl" and f"line {len(lines) + 1}" in problem["problem"]
+
+
+def test_an_image_line_twice_is_refused_not_counted_twice(synth_run, tmp_path, monkeypatch, capsys):
+    lines = (synth_run / "images.jsonl").read_text().splitlines()
+    with open(synth_run / "images.jsonl", "a") as f:
+        f.write(lines[2] + "\n")
+    code, out = _report(synth_run, tmp_path, monkeypatch, capsys)
+    assert code == 2 and f"images.jsonl:{len(lines) + 1}: images record prompt_id" in out and "repeats line 3" in out
+    assert any(p["path"] == "images.jsonl" for p in verify_run(synth_run)["problems"] if p["category"] == "records")
