@@ -200,9 +200,10 @@ class Stages(Strict):
 
 class Manifest(Strict):
     """manifest.json: what readers take from it (stage statuses, the batch plans, the scorers run, the model,
-    the command that continues the run)."""
+    the command that continues the run, the lines of each file a stage finished)."""
 
     stages: Stages = Stages()
+    finished: dict[str, Count] = {}  # run-relative path → the lines its stage wrote when it finished it
     model: Optional[Union[dict, str]] = None
     fingerprint: Optional[str] = None
     resume_argv: Optional[list[str]] = None
@@ -386,16 +387,20 @@ def _seen(kind: str, path: Path) -> None:
         observe(kind, path)
 
 
-def iter_records(path: "Path | str", kind: str, *, strict: bool = False,
-                 merging: bool = False) -> Iterator[tuple[int, dict]]:
+def iter_records(path: "Path | str", kind: str, *, strict: bool = False, merging: bool = False,
+                 rewriting: bool = False) -> Iterator[tuple[int, dict]]:
     """(line number, record) of a JSONL file of ``kind``, each checked; the first unsound one is an
     AuditError at ``file:line``, and so is a record whose key (:attr:`RecordKind.key`) an earlier line holds —
     a prompt id twice moves images to another category, an image twice is counted twice. ``merging``: the
     reader is the merge of a kind whose appends legitimately repeat (:attr:`RecordKind.repeats`: it applies
-    its own rule). A torn last line (a kill's unfinished append) is dropped, as always."""
+    its own rule). A file its stage finished holds the lines the stage recorded (:func:`check_whole`), unless the
+    reader is that stage, ``rewriting`` it (a merge does). A torn last line (a kill's unfinished append) is
+    dropped, as always."""
     path = Path(path)
     _seen(kind, path)
     spec = RECORD_KINDS[kind]
+    if not (merging or rewriting):
+        check_whole(path, kind)
     if merging and not spec.repeats:
         raise ValueError(f"{kind} records have no merge that allows repeats")
     first: dict[tuple, int] = {}
@@ -434,13 +439,60 @@ def repeats_in(kind: str, numbered: "list[tuple[int, dict]]") -> list[tuple[int,
     return out
 
 
-def read_records(path: "Path | str", kind: str, *, strict: bool = False, merging: bool = False) -> list[dict]:
+def read_records(path: "Path | str", kind: str, *, strict: bool = False, merging: bool = False,
+                 rewriting: bool = False) -> list[dict]:
     """Every record of the JSONL file ``path`` of ``kind``, checked (a missing file has none)."""
     path = Path(path)
     if not path.exists():
         _seen(kind, path)
         return []
-    return [r for _, r in iter_records(path, kind, strict=strict, merging=merging)]
+    return [r for _, r in iter_records(path, kind, strict=strict, merging=merging, rewriting=rewriting)]
+
+
+# --- a finished file is whole ----------------------------------------------------------------------
+
+FINISHED = "finished"  # manifest.json's key: {run-relative path: lines} of the files whose stage finished them
+
+
+def run_root_of(path: Path, kind: str) -> Path:
+    return Path(path).parents[RECORD_KINDS[kind].pattern.count("/")]
+
+
+def finished_lines(path: Path, kind: str) -> Optional[int]:
+    """The lines the stage that finished ``path`` recorded in its run's manifest.json (None: none recorded — a
+    stage in progress, a run made before stages recorded them, no manifest). Read without the manifest's own
+    checks: a damaged manifest is refused by its own reader, not here."""
+    root = run_root_of(path, kind)
+    try:
+        manifest = loads_json(read_bytes(root / "manifest.json"), str(root / "manifest.json"))
+    except (AuditError, OSError):
+        return None
+    table = manifest.get(FINISHED) if isinstance(manifest, dict) else None
+    want = table.get(Path(path).relative_to(root).as_posix()) if isinstance(table, dict) else None
+    return want if type(want) is int else None
+
+
+def complete_lines(raw: bytes) -> int:
+    """Lines ended by a newline (a torn last line is not one)."""
+    return raw.count(b"\n")
+
+
+def check_whole(path: Path, kind: str) -> None:
+    """A file whose stage finished holds exactly the lines that stage wrote: one cut short (a copy that stopped,
+    a disk that filled, a hand edit) was read as a run with fewer images — 40.0 % instead of 37.5 % — and is
+    refused at the line where it ends, with the command that writes it again."""
+    want = finished_lines(path, kind)
+    if want is None or not Path(path).is_file():
+        return
+    have = complete_lines(read_bytes(path))
+    if have == want:
+        return
+    root = run_root_of(path, kind)
+    rel = Path(path).relative_to(root).as_posix()
+    what = (f"cut short: {have} complete line(s) of the {want} its stage wrote when it finished (truncated after "
+            "it was written)" if have < want else
+            f"{have} lines, but its stage wrote {want} when it finished (lines added since)")
+    raise AuditError(f"{path}:{have + 1}: {what} (manifest.json {FINISHED}.{rel}) — {RECORD_KINDS[kind].advice(path)}")
 
 
 def score_records(path: "Path | str", *, merging: bool = False) -> list[dict]:

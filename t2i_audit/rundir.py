@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import AuditError
-from .records import read_document, read_records, score_records
+from .records import FINISHED, complete_lines, read_document, read_records, score_records
 from .safeload import jsonl_lines
 
 
@@ -375,6 +375,30 @@ class RunDir:
             atomic_write_json(self.manifest, m)
         return m
 
+    def mark_finished(self, *paths: Path) -> None:
+        """Record in manifest.json the lines each file in ``paths`` holds now, as its stage finishes it: every later
+        reader checks the file against it (records.check_whole), so a file cut short is named, never read as a
+        smaller run. A missing file is recorded as unfinished."""
+        with RunLock(self.root):
+            m = self.read_manifest()
+            table = m.setdefault(FINISHED, {})
+            for path in paths:
+                if Path(path).is_file():
+                    table[self.rel(path)] = complete_lines(Path(path).read_bytes())
+                else:
+                    table.pop(self.rel(path), None)
+            atomic_write_json(self.manifest, m)
+
+    def mark_unfinished(self, *paths: Path) -> None:
+        """The files in ``paths`` are being written again (their stage started): no line count holds until it ends."""
+        with RunLock(self.root):
+            m = self.read_manifest()
+            table = m.get(FINISHED) or {}
+            if any(self.rel(p) in table for p in paths):
+                for p in paths:
+                    table.pop(self.rel(p), None)
+                atomic_write_json(self.manifest, m)
+
     def read_summary(self) -> dict:
         return read_document(self.summary, "summary")
 
@@ -390,8 +414,10 @@ class RunDir:
             raise AuditError(f"{self.root}: not a run directory (no prompts.jsonl)")
         return read_records(self.prompts, "prompts")
 
-    def read_images(self) -> list[dict]:
-        return read_records(self.images, "images")
+    def read_images(self, *, rewriting: bool = False) -> list[dict]:
+        """images.jsonl's records; ``rewriting``: the stage that writes it again reads what is there (a file cut
+        short included: the merge makes it whole)."""
+        return read_records(self.images, "images", rewriting=rewriting)
 
     def read_image_shards(self) -> list[dict]:
         """Every record in shards/images.rank*.jsonl (the resume's other source), in file order."""

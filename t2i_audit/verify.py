@@ -23,7 +23,9 @@ What a run records about its files is checked, category by category:
 * ``stray``: score files no score stage of this run wrote or started, PNGs no image record lists —
   neither images.jsonl nor the shards a resume reads (a PNG recorded only in a shard is a finished image
   a kill kept from being merged: the next run merges it, so it is a note, never advice to move it);
-* ``stages``: every stage the manifest records finished (a killed run says ``running``).
+* ``stages``: every stage the manifest records finished (a killed run says ``running``);
+* ``complete``: every file a stage finished holds the lines that stage recorded (manifest.json ``finished``): a
+  file cut short after it was written is named as such — not as images a kill kept from being merged.
 
 No torch here (``verify`` must be instant); numpy and PIL are enough.
 """
@@ -39,7 +41,7 @@ from typing import Optional
 
 from .errors import AuditError
 from .ownership import resume_command
-from .records import RECORD_KINDS, kind_of, problems_of, repeats_in
+from .records import FINISHED, RECORD_KINDS, complete_lines, kind_of, problems_of, repeats_in
 from .rundir import RunDir, file_sha256
 from .safeload import loads_json
 
@@ -54,6 +56,7 @@ CATEGORIES = {
                "question or metric in a score file …)",
     "stray": "no score file or PNG that this run's stages did not write (images.jsonl and shards/ are read)",
     "stages": "every stage the manifest records has finished",
+    "complete": "every file a finished stage wrote holds the lines the manifest recorded (none cut short)",
 }
 CLOSE_LEVELS = 4  # 8-bit levels of an 8×8 block mean: rounding elsewhere moves them by 0-2, damage far more
 
@@ -272,20 +275,41 @@ class _Verifier:
                    for r in self.records.get(p, [])}
         images_dir = self.rd.root / "images"
         if images_dir.is_dir():
-            for path in sorted(images_dir.rglob("*.png")):
+            # any file, of any format: a run's images may be PNG, JPEG or WebP (sources/), so what makes a file
+            # stray is that no record lists it, never its extension
+            for path in sorted(p for p in images_dir.rglob("*") if p.is_file()):
                 rel = self.rd.rel(path)
                 self.checked["stray"] += 1
-                if rel in listed or path.name.startswith("."):
+                if rel in listed or any(part.startswith(".") for part in path.relative_to(images_dir).parts):
                     continue
                 rec = sharded.get(rel)
                 if rec is None:
-                    self.bad("stray", path, "a PNG no image record lists (neither images.jsonl nor shards/): "
+                    self.bad("stray", path, "a file no image record lists (neither images.jsonl nor shards/): "
                                             "not written by this run's stages")
                 elif file_sha256(path) == rec.get("sha256"):
                     self.unmerged.append(rel)
                 else:
                     self.bad("images", path, "recorded in shards/ with another sha256 (altered since): the next "
                                              "run of the command that made the run makes it again")
+
+    def check_complete(self, manifest: dict) -> set[str]:
+        """Files cut short (or grown) since their stage finished them; returns their run-relative paths."""
+        damaged = set()
+        table = manifest.get(FINISHED) or {}
+        for rel, want in sorted(table.items()):
+            path = self.rd.root / rel
+            self.checked["complete"] += 1
+            if not path.is_file():
+                self.bad("complete", path, f"missing: its stage finished it with {want} line(s)")
+                damaged.add(rel)
+                continue
+            have = complete_lines(path.read_bytes())
+            if have != want:
+                damaged.add(rel)
+                self.bad("complete", path, (f"cut short (truncated): {have} complete line(s) of the {want} its stage "
+                                            "wrote when it finished" if have < want else
+                                            f"{have} lines, but its stage finished it with {want} (lines added since)"))
+        return damaged
 
     def check_stages(self, manifest: dict) -> None:
         for stage, info in (manifest.get("stages") or {}).items():
@@ -371,6 +395,12 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
     v.check_duplicates()
     v.check_stray(manifest)
     v.check_stages(manifest)
+    cut = v.check_complete(manifest)
+    if rd.rel(rd.images) in cut and v.unmerged:  # the cut lines, not images a kill kept from the merge
+        v.bad("complete", rd.images, f"{len(v.unmerged)} of the images it lost are recorded in shards/ and on disk "
+                                     "(the rerun merges them back): " + ", ".join(v.unmerged[:5])
+                                     + (" …" if len(v.unmerged) > 5 else ""))
+        v.unmerged = []
     damaged = {c: sum(p.category == c for p in v.problems) for c in CATEGORIES}
     if v.unmerged:
         notes.append(f"{len(v.unmerged)} finished image(s) are recorded only in shards/ (the run stopped before it "
@@ -389,14 +419,15 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
 
 
 UNITS = {"json": "files", "fields": "files", "images": "images", "scores": "score files", "activations": "encoders",
-         "records": "files", "stray": "files", "stages": "stages"}
+         "records": "files", "stray": "files", "stages": "stages", "complete": "files"}
 
 
 def format_result(result: dict) -> str:
     lines = [f"verify {result['run']}"]
     for c, s in result["summary"].items():
-        state = "ok" if not s["damaged"] else f"{s['damaged']} damaged"
-        lines.append(f"  {c:<12} {s['checked']:>6} {UNITS[c]:<12} {state}")
+        # "stray 282 files ok" read as 282 stray files: each line says what was checked, then what was found
+        found = STATES.get(c, ("ok", "{n} damaged"))[1 if s["damaged"] else 0].format(n=s["damaged"])
+        lines.append(f"  {c:<12} {s['checked']:>6} {UNITS[c] + ' checked:':<21} {found}")
     lines += [f"note: {n}" for n in result["notes"]]
     if result["ok"]:
         lines.append("clean: every recorded file is intact")
@@ -411,6 +442,9 @@ def format_result(result: dict) -> str:
     return "\n".join(lines)
 
 
+STATES = {"stray": ("none stray", "{n} stray"), "complete": ("none cut short", "{n} cut short"),
+          "records": ("no key twice", "{n} with a key twice")}  # (clean, damaged) where "ok"/"damaged" misleads
+
 REPAIR = {
     "json": "a torn last line goes on the next run of its stage; a corrupted line elsewhere stops "
             "the stage that reads it: remove that line (or the file, to redo the stage)",
@@ -423,4 +457,7 @@ REPAIR = {
     "records": "remove the duplicated lines (keep the first), then rerun the stage",
     "stray": "move the files listed as stray (no stage of this run wrote them) out of the run directory",
     "stages": "rerun the command that made the run to finish it ({resume})",
+    "complete": "a file cut short after its stage finished: for images.jsonl rerun the command that made the run "
+                "({resume}) — it merges the records back from shards/ and makes what is gone again; for a score file, "
+                "remove it and rerun `t2i-audit score {run}`",
 }

@@ -222,6 +222,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
             score_records(path, merging=True)  # a killed stage's repeats are folded below
     if main:
         rd.scores_dir.mkdir(parents=True, exist_ok=True)
+        rd.mark_unfinished(*(rd.scores(s.name) for s in instances))
         rd.update_stage("score", status="running", running=[s.name for s in instances], world_size=world,
                         planned_batch_size=batch_size, plan_note=plan_note)
         if plan_note:  # what was asked is not what runs: said even without progress output
@@ -309,6 +310,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
         compact_scores(rd.scores(s.name), s, by_key, score_shards(rd, s.name))
     with contextlib.suppress(OSError):  # only if empty: another scorer's shards may wait there
         (rd.scores_dir / "shards").rmdir()
+    rd.mark_finished(*(rd.scores(s.name) for s in instances))
     counts = _sum_counts(every)
     broken = {name: c["error"] for name, c in counts.items() if "error" in c}
     for c in counts.values():

@@ -97,3 +97,77 @@ def test_an_image_line_twice_is_refused_not_counted_twice(synth_run, tmp_path, m
     code, out = _report(synth_run, tmp_path, monkeypatch, capsys)
     assert code == 2 and f"images.jsonl:{len(lines) + 1}: images record prompt_id" in out and "repeats line 3" in out
     assert any(p["path"] == "images.jsonl" for p in verify_run(synth_run)["problems"] if p["category"] == "records")
+
+
+# --- a finished file whole --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, repo_root) -> Path:
+    """A mini run of 4 prompts × 2 images, generated and scored by the pixel judge: every stage finished."""
+    from t2i_audit import api
+
+    out = tmp_path_factory.mktemp("finished") / "run"
+    cfg = api.make_config(dict(model="mini", prompts=[str(repo_root / "prompts/mini.yaml")], limit=4,
+                               images_per_prompt=2, steps=2, scorers=["mini-pixel"],
+                               stages=["prompts", "generate", "score"], out=str(out), device="cpu"))
+    return Path(api.run_audit(cfg, progress=False))
+
+
+@pytest.fixture
+def own_run(finished_run, tmp_path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(finished_run, tmp_path / "run"))
+
+
+def _cut_last_line(path: Path) -> int:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))
+    return len(lines)
+
+
+def test_each_finished_file_is_recorded_with_its_lines(finished_run):
+    from t2i_audit.records import FINISHED
+    from t2i_audit.rundir import RunDir
+
+    table = RunDir(finished_run).read_manifest()[FINISHED]
+    assert table == {"images.jsonl": 8, "scores/mini-pixel.jsonl": len(
+        (finished_run / "scores/mini-pixel.jsonl").read_text().splitlines())}
+
+
+@pytest.mark.parametrize("rel", ["images.jsonl", "scores/mini-pixel.jsonl"])
+def test_a_finished_file_cut_short_is_refused_by_its_reader_and_named_by_verify(own_run, rel):
+    """The property over every file a stage finished (each file manifest.json records): its last line cut, the
+    one reader of its kind refuses at the line where it ends, and verify names it as cut short."""
+    from t2i_audit.records import kind_of
+    from t2i_audit.rundir import RunDir
+
+    assert rel in RunDir(own_run).read_manifest()["finished"]
+    path = own_run / rel
+    n = _cut_last_line(path)
+    with pytest.raises(AuditError) as e:
+        read_records(path, kind_of(rel))
+    assert str(e.value).startswith(f"{path}:{n}: cut short: {n - 1} complete line(s) of the {n}"), str(e.value)
+    result = verify_run(own_run)
+    assert [p["path"] for p in result["problems"] if p["category"] == "complete"][:1] == [rel]
+    assert result["summary"]["complete"]["damaged"] >= 1
+
+
+def test_images_cut_short_is_truncation_not_a_smaller_run(own_run, tmp_path, monkeypatch, capsys):
+    """Before: 7 of 8 images read as the run (40.0 % instead of 37.5 %) and verify called the lost line an image
+    a kill kept from being merged. Now report refuses, verify says cut short, and the repair it gives (the command
+    that made the run) makes images.jsonl whole again, byte for byte."""
+    from t2i_audit.verify import format_result
+
+    original = (own_run / "images.jsonl").read_bytes()
+    _cut_last_line(own_run / "images.jsonl")
+    code, out = invoke(["report", str(own_run), "-q"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and "images.jsonl:8: cut short: 7 complete line(s) of the 8" in out, out
+    said = format_result(verify_run(own_run))
+    assert "cut short (truncated): 7 complete line(s) of the 8" in said, said
+    assert "the command that continues the run merges them" not in said  # not called unmerged shards
+    code, out = invoke(["run", "--config", str(own_run / "run.yaml"), "--out", str(own_run), "-q"], tmp_path,
+                       monkeypatch, capsys)
+    assert code == 0, out[-2000:]
+    assert (own_run / "images.jsonl").read_bytes() == original
+    assert verify_run(own_run)["ok"]

@@ -104,7 +104,7 @@ def test_truncated_png_is_reported_then_regenerated_with_the_same_bytes(repo_roo
     r = verify_cli(run.root)
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"{rec['path']}: sha256" in r.stdout and "not a decodable PNG" in r.stdout
-    assert any(line.split() == ["images", "2", "images", "1", "damaged"] for line in r.stdout.splitlines())
+    assert any(line.split() == ["images", "2", "images", "checked:", "1", "damaged"] for line in r.stdout.splitlines())
     data = json.loads(verify_cli(run.root, "--json").stdout)
     assert data["ok"] is False and data["summary"]["images"] == {"checked": 2, "damaged": 1,
                                                                  "regenerated_elsewhere": 0}
@@ -291,7 +291,7 @@ def test_a_moved_run_is_repaired_where_it_now_is(repo_root, run, tmp_path, monke
 
 def test_verify_json_lists_every_category_it_checks(run):
     data = json.loads(verify_cli(run.root, "--json").stdout)
-    every = {"json", "fields", "images", "scores", "activations", "records", "stray", "stages"}
+    every = {"json", "fields", "images", "scores", "activations", "records", "stray", "stages", "complete"}
     assert data["ok"] and set(data["checks"]) == set(data["summary"]) == every  # clean ones too
     assert all(data["summary"][c]["damaged"] == 0 and data["checks"][c] for c in every)
 
