@@ -132,10 +132,36 @@ def file_sha256(path: Path) -> str:
     key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     digest = _digests.get(key)
     if digest is None:
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        if st.st_size <= _WHOLE_READ:
+            digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        else:  # weights of GBs: streamed, never held in memory at once
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while chunk := f.read(_CHUNK):
+                    h.update(chunk)
+            digest = h.hexdigest()
         if time.time_ns() - st.st_mtime_ns > _SETTLED_NS:
             _digests[key] = digest
     return digest
+
+
+_WHOLE_READ = 64 << 20  # files up to this size are hashed from one read (faster for images); larger ones streamed
+_CHUNK = 8 << 20
+# a Hugging Face cache snapshot links each file to blobs/<its content address>: sha256 for LFS files (weights), the
+# git blob sha1 for small ones — the hub's own content hash, so reading GBs again to learn it is not needed
+_HUB_BLOB = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
+
+
+def content_id(path: Path) -> str:
+    """What a cache or reuse decision keys a file on: its content (never its size and mtime, which a file replaced
+    by other bytes can keep). The hub cache's content address where the file is a link into ``blobs/``, else
+    :func:`file_sha256` (memoised within a process)."""
+    p = Path(path)
+    if p.is_symlink():
+        target = p.resolve()
+        if target.parent.name == "blobs" and _HUB_BLOB.match(target.name):
+            return target.name
+    return file_sha256(p)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

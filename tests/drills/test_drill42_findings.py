@@ -206,3 +206,56 @@ def test_the_same_lora_twice_is_refused_naming_the_spec(variant_files, tmp_path,
         assert code == 2 and "Traceback" not in said, said
         assert f"--lora '{second}': the same LoRA weights as --lora '{lora}'" in said, said
         assert not out.exists()
+
+
+# --- reuse keyed on content, never on (size, mtime) -------------------------------------------------------------
+
+def _same_size_and_mtime_other_bytes(path: Path) -> None:
+    """Replace ``path`` by other bytes of its size (a new file, as a copy or a download does) and give it the old
+    mtime back: what a stat signature cannot tell apart."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # the last byte of a safetensors file is tensor data: other weights, a whole file still
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_bytes(bytes(data))
+    os.replace(tmp, path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+def test_a_checkpoint_replaced_by_other_weights_of_the_same_size_and_mtime_is_audited_again(tmp_path):
+    """Before: ``track`` keyed reuse on (size, mtime), so the replaced checkpoint kept its old run and numbers. The
+    signature a rerun compares (index.files_signature, _unchanged) now follows the content."""
+    from t2i_audit.track.index import Entry, files_signature
+    from t2i_audit.track.runner import _unchanged
+
+    weights = tmp_path / "checkpoint-10" / "unet" / "diffusion_pytorch_model.safetensors"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"\x08" + bytes(7) + b"{}      " + bytes(range(256)) * 64)
+    os.utime(weights, (1_700_000_000, 1_700_000_000))  # written long ago, as a finished checkpoint
+    before = files_signature([weights.parent])
+    entry = dict(label="checkpoint-10", step=10, order=[1, 10, 0], source=str(weights.parent.parent),
+                 layout="components", components={"unet": str(weights.parent)}, run="runs/checkpoint-10")
+    old = Entry(**entry, files=before)
+    _same_size_and_mtime_other_bytes(weights)
+    after = files_signature([weights.parent])
+    assert after != before
+    assert not _unchanged(old, Entry(**entry, files=after))
+
+
+def test_an_encoder_replaced_by_other_weights_of_the_same_size_changes_its_fingerprint(tmp_path):
+    """Before: the text encoder's fingerprint (what `predict` and the activation cache key on) hashed its weights'
+    *sizes*: a probe fitted on other weights passed as the same encoder."""
+    import shutil
+
+    from t2i_audit.probes.capture.activations import encoder_fingerprint, resolve_text_encoders
+
+    info = resolve_text_encoders("tiny-sd")
+    enc = info["text_encoders"][0]
+    model = tmp_path / "model"
+    for sub in (enc["name"], enc["tokenizer"]):
+        shutil.copytree(Path(info["path"]) / sub, model / sub)
+    before = encoder_fingerprint(str(model), enc, None)
+    weights = next((model / enc["name"]).glob("*.safetensors"))
+    _same_size_and_mtime_other_bytes(weights)
+    assert encoder_fingerprint(str(model), enc, None) != before
