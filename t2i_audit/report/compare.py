@@ -41,6 +41,21 @@ def _labels(runs) -> list[str]:
     return [f"{lab} #{i + 1}" if out.count(lab) > 1 else lab for i, lab in enumerate(out)]
 
 
+def _have_images(runs) -> None:
+    """A run without images has nothing to compare: said as that, with the command that makes them — not as a
+    scorer missing, whose advice ("run the same scorer on each") cannot help before there are images."""
+    import shlex
+
+    empty = [r for r in runs if not r.images]
+    if empty:
+        r = empty[0]
+        how = "`" + shlex.join(["t2i-audit", "run", "--config", str(r.rd.config), "--out", str(r.rd.root),
+                                "--stages", "prompts,generate,score"]) + "`"
+        raise AuditError(f"{r.rd.root}: no images to compare (images.jsonl {'is empty' if r.rd.images.exists() else 'is missing'}"
+                         f"{f'; so are {len(empty) - 1} other run(s)' if len(empty) > 1 else ''}): make them with {how} "
+                         f"(it generates and scores them), then compare")
+
+
 def _deciding(runs, wanted: str | None) -> dict:
     """The scorer deciding each category: ``wanted`` everywhere, or the one rule of
     :mod:`t2i_audit.deciding` on the union of the runs' evidence (the run reports use the same)."""
@@ -118,6 +133,7 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
     run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
     _distinct(run_dirs)
     runs = [load_run(d) for d in run_dirs]
+    _have_images(runs)
     _same_protocols(runs)
     deciding = _deciding(runs, scorer)
     runs = [load_run(d, deciding=deciding) for d in run_dirs]

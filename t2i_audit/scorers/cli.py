@@ -100,14 +100,28 @@ def register(app: typer.Typer) -> None:
             counts = run_score_stage(rd, names, device=device, batch_size=batch_size, progress=progress,
                                      overrides=parse_sets(set_, model), extra_cards=[str(c) for c in card or []])
         for name, c in counts.items():
-            typer.echo(f"{name}: {c['scored']} scored, {c['resumed']} resumed, {c['excluded']} excluded "
-                       f"(flagged); passed {c['passed']}, failed {c['failed']}; {c['records']} records "
-                       f"in {c['seconds']} s; truncated {c['truncated']}; failures {c['failures']}")
+            typer.echo(score_line(rd, name, c))
         from .protocols import unsupported_warning  # as after `run`: "unsupported" is not "not run"
 
         warning = unsupported_warning(rd.scores_dir) if counts else None
         if warning:
             typer.echo(warning, err=True)
+
+    def score_line(rd, name: str, c: dict) -> str:
+        """What one scorer did, in words that hold on a resume: "passed 0, failed 0" read as a run where every
+        image failed to score when nothing was left to score. The totals over every image come from its file."""
+        from .stage import _verdict_counts
+
+        total = {"passed": 0, "failed": 0, "undecided": 0, "excluded": 0, "truncated": 0, "failures": {}}
+        _verdict_counts(rd.read_scores(rd.scores(name)), total)
+        over_all = (f"all {c['images']} images: passed {total['passed']}, failed {total['failed']}"
+                    + (f", undecided {total['undecided']}" if total["undecided"] else "")
+                    + (f", excluded {total['excluded']} (flagged)" if total["excluded"] else ""))
+        if c["scored"] == 0 and c["excluded"] == 0 and "error" not in c:
+            return f"{name}: nothing new to score; {c['resumed']} images already scored ({over_all})"
+        return (f"{name}: {c['scored']} scored now, {c['resumed']} already scored, {c['excluded']} excluded "
+                f"(flagged); this time passed {c['passed']}, failed {c['failed']}; {over_all}; {c['records']} "
+                f"records in {c['seconds']} s; truncated {c['truncated']}; failures {c['failures']}")
 
     @app.command("scorers")
     def scorers_cmd(

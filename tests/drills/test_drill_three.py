@@ -333,7 +333,7 @@ def test_score_without_scorer_uses_the_scorers_the_run_was_scored_with(two_runs,
     (a / "manifest.json").write_text(json.dumps(manifest))
     code, out = invoke(["score", str(a), "--device", "cpu", "-q"], tmp_path, monkeypatch, capsys)
     assert code == 0 and out.startswith("mini-pixel: "), out
-    assert [line.split(":")[0] for line in out.splitlines() if " scored, " in line] == ["mini-pixel"], out
+    assert [line.split(":")[0] for line in out.splitlines() if " scored now, " in line] == ["mini-pixel"], out
 
 
 def test_score_of_an_unscored_run_uses_the_scorers_run_would(tmp_path):
