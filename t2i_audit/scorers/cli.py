@@ -153,6 +153,9 @@ def register(app: typer.Typer) -> None:
         labels: Optional[Path] = typer.Option(None, help="labels.csv: prompt_id,sample[,question_id],label."),
         export_sheet: Optional[Path] = typer.Option(None, "--export-sheet", help="Write a labelling sheet CSV."),
         per: str = typer.Option("both", help="Sheet rows per prompt, question or both."),
+        n: Optional[int] = typer.Option(None, "--n", help="With --export-sheet: only the N images `label --n N` "
+                                        "samples (same --seed), not every image of the run."),
+        seed: int = typer.Option(0, "--seed", help="With --export-sheet --n: the sampling seed, as `label --seed`."),
         scorer: Optional[List[str]] = typer.Option(None, "--scorer", "-s", help="Scorers (default: all)."),
         fit_threshold: bool = typer.Option(False, help="Fit the card's threshold by grouped CV; save a card copy."),
         folds: int = typer.Option(5, help="Cross-validation folds."),
@@ -179,8 +182,8 @@ def register(app: typer.Typer) -> None:
         if export_sheet is None and labels is None:
             raise AuditError("calibrate: give --labels labels.csv or --export-sheet sheet.csv")
         if export_sheet is not None:
-            n = _export(run, export_sheet, per=per, force=force)
-            typer.echo(f"wrote {n} rows to {export_sheet}")
+            rows = _export(run, export_sheet, per=per, force=force, n=n, seed=seed)
+            typer.echo(f"wrote {rows} rows to {export_sheet}")
         if labels is not None:
             from ..deciding import deciding_scorers
 

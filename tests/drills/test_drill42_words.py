@@ -54,3 +54,60 @@ def test_compare_of_runs_without_images_says_so_and_how_to_make_them(tmp_path, m
     assert "a: no images to compare (images.jsonl is missing; so are 1 other run(s))" in out, out
     assert f"--config {Path('a') / 'run.yaml'} --out a --stages prompts,generate,score" in out, out
     assert "run the same scorer on each" not in out
+
+
+def test_the_exported_sheet_holds_the_labelling_pages_images_only(own_run, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """Before: the README's `calibrate --export-sheet` beside `label --n 40` exported every image's questions (1,512
+    on the quickstart). With ``--n`` (and ``--seed``) the sheet holds the page's images, each with its questions."""
+    import csv
+    import re
+
+    code, out = invoke(["label", str(own_run), "--n", "3", "--seed", "5", "--out", str(tmp_path / "page.html"), "-q"],
+                       tmp_path, monkeypatch, capsys)
+    assert code == 0, out
+    page = set(re.findall(r'"key":\s*"([^"]+)"', (tmp_path / "page.html").read_text()))
+    assert len(page) == 3, page
+    code, out = invoke(["calibrate", str(own_run), "--export-sheet", str(tmp_path / "sheet.csv"), "--n", "3",
+                        "--seed", "5"], tmp_path, monkeypatch, capsys)
+    assert code == 0, out
+    rows = list(csv.DictReader(open(tmp_path / "sheet.csv")))
+    assert {f"{r['prompt_id']}/{r['sample']}" for r in rows} == page
+    prompts = {json.loads(x)["id"]: json.loads(x) for x in (own_run / "prompts.jsonl").read_text().splitlines()}
+    assert len(rows) == sum(1 + len(prompts[k.split("/")[0]]["questions"]) for k in page)
+    assert f"wrote {len(rows)} rows" in out
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_benchmark_rerun_never_overwrites_committed_figures(tmp_path, monkeypatch):
+    """Before: every benchmark script wrote benchmarks/results/<name>.json, the committed figures the docs quote."""
+    import subprocess
+    import sys
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import _common
+
+    monkeypatch.setattr(_common, "RESULTS", tmp_path)
+    monkeypatch.delenv("BENCH_OUT", raising=False)
+    (tmp_path / "score.json").write_text('{"committed": true}\n')
+    first = _common.write("score", {"x": 1})
+    second = _common.write("score", {"x": 2})
+    assert (tmp_path / "score.json").read_text() == '{"committed": true}\n'
+    assert len({first, second, tmp_path / "score.json"}) == 3 and first.name.startswith("score-")
+    monkeypatch.setenv("BENCH_OUT", str(tmp_path / "named.json"))
+    assert _common.write("score", {"x": 3}) == tmp_path / "named.json"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks/selection_summary.py"), str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "--out" in done.stderr  # no default over results/selection_mini.json
+
+
+def test_docs_that_need_a_checkout_say_so_first_and_speak_of_no_issue_numbers():
+    import re
+
+    for name in ("benchmarks.md", "selection.md"):
+        head = "\n".join((REPO / "docs" / name).read_text().splitlines()[:8])
+        assert "Needs a checkout of the repository" in head, name
+    for path in sorted((REPO / "docs").glob("*.md")):
+        found = re.findall(r"\b[Ii]ssues? \d+", path.read_text())
+        assert not found, (path.name, found)
