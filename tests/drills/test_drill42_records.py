@@ -131,11 +131,11 @@ def test_each_finished_file_is_recorded_with_its_lines(finished_run):
     from t2i_audit.rundir import RunDir
 
     table = RunDir(finished_run).read_manifest()[FINISHED]
-    assert table == {"images.jsonl": 8, "scores/mini-pixel.jsonl": len(
+    assert table == {"prompts.jsonl": 4, "images.jsonl": 8, "scores/mini-pixel.jsonl": len(
         (finished_run / "scores/mini-pixel.jsonl").read_text().splitlines())}
 
 
-@pytest.mark.parametrize("rel", ["images.jsonl", "scores/mini-pixel.jsonl"])
+@pytest.mark.parametrize("rel", ["prompts.jsonl", "images.jsonl", "scores/mini-pixel.jsonl"])
 def test_a_finished_file_cut_short_is_refused_by_its_reader_and_named_by_verify(own_run, rel):
     """The property over every file a stage finished (each file manifest.json records): its last line cut, the
     one reader of its kind refuses at the line where it ends, and verify names it as cut short."""
