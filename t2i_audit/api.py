@@ -171,7 +171,7 @@ def chosen_scorers(cfg: RunConfig, card) -> Optional[list[str]]:
 def refuse_fewer_samples(run: RunDir, cfg: RunConfig) -> None:
     """A run that holds N images per prompt is never continued with fewer: images.jsonl would be rewritten
     without the others (and run.yaml would say fewer). Refused before anything is written."""
-    made = max((r["sample"] for r in run.read_images(rewriting=True) + run.read_image_shards()), default=-1) + 1
+    made = max((r["sample"] for r in run.read_images(merging=True) + run.read_image_shards()), default=-1) + 1
     if cfg.images_per_prompt < made:
         raise AuditError(f"{run.root}: holds {made} images per prompt; --images-per-prompt/-n "
                          f"{cfg.images_per_prompt} would drop the records of the others from images.jsonl — rerun "

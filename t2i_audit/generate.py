@@ -342,7 +342,7 @@ def _done_items(run: RunDir) -> dict[tuple[str, int], dict]:
     from .rundir import file_sha256
 
     candidates: dict[tuple[str, int], list[dict]] = {}
-    for rec in run.read_images(rewriting=True) + run.read_image_shards():  # each checked (t2i_audit.records)
+    for rec in run.read_images(merging=True) + run.read_image_shards():  # each checked (t2i_audit.records)
         candidates.setdefault((rec["prompt_id"], rec["sample"]), []).append(rec)
     done = {}
     for key, recs in candidates.items():

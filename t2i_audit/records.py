@@ -271,7 +271,9 @@ RECORD_KINDS: dict[str, RecordKind] = {
     "prompts": RecordKind("prompts.jsonl", f"{_HERE}:PromptRecord", True, "made by `run`; remake the run",
                           key=("id",)),
     "images": RecordKind("images.jsonl", f"{_HERE}:ImageRecord", True, "rerun the command that made the run",
-                         key=IMAGE_KEY),
+                         key=IMAGE_KEY,
+                         repeats="none is written; the merge that rewrites it (generate._done_items) reads it with the "
+                                 "shards and keeps one record an image, so rerunning the command repairs a repeat"),
     "image-shard": RecordKind("shards/images.rank*.jsonl", f"{_HERE}:ImageRecord", True,
                               "rerun the command that made the run", key=IMAGE_KEY, unique=False,
                               repeats="a regeneration appends the image again; the merge into images.jsonl takes "
@@ -387,19 +389,19 @@ def _seen(kind: str, path: Path) -> None:
         observe(kind, path)
 
 
-def iter_records(path: "Path | str", kind: str, *, strict: bool = False, merging: bool = False,
-                 rewriting: bool = False) -> Iterator[tuple[int, dict]]:
+def iter_records(path: "Path | str", kind: str, *, strict: bool = False,
+                 merging: bool = False) -> Iterator[tuple[int, dict]]:
     """(line number, record) of a JSONL file of ``kind``, each checked; the first unsound one is an
     AuditError at ``file:line``, and so is a record whose key (:attr:`RecordKind.key`) an earlier line holds —
     a prompt id twice moves images to another category, an image twice is counted twice. ``merging``: the
     reader is the merge of a kind whose appends legitimately repeat (:attr:`RecordKind.repeats`: it applies
     its own rule). A file its stage finished holds the lines the stage recorded (:func:`check_whole`), unless the
-    reader is that stage, ``rewriting`` it (a merge does). A torn last line (a kill's unfinished append) is
-    dropped, as always."""
+    reader is the merge that writes it again. A torn last line (a kill's unfinished append) is dropped, as
+    always."""
     path = Path(path)
     _seen(kind, path)
     spec = RECORD_KINDS[kind]
-    if not (merging or rewriting):
+    if not merging:
         check_whole(path, kind)
     if merging and not spec.repeats:
         raise ValueError(f"{kind} records have no merge that allows repeats")
@@ -439,14 +441,13 @@ def repeats_in(kind: str, numbered: "list[tuple[int, dict]]") -> list[tuple[int,
     return out
 
 
-def read_records(path: "Path | str", kind: str, *, strict: bool = False, merging: bool = False,
-                 rewriting: bool = False) -> list[dict]:
+def read_records(path: "Path | str", kind: str, *, strict: bool = False, merging: bool = False) -> list[dict]:
     """Every record of the JSONL file ``path`` of ``kind``, checked (a missing file has none)."""
     path = Path(path)
     if not path.exists():
         _seen(kind, path)
         return []
-    return [r for _, r in iter_records(path, kind, strict=strict, merging=merging, rewriting=rewriting)]
+    return [r for _, r in iter_records(path, kind, strict=strict, merging=merging)]
 
 
 # --- a finished file is whole ----------------------------------------------------------------------

@@ -440,10 +440,10 @@ class RunDir:
             raise AuditError(f"{self.root}: not a run directory (no prompts.jsonl)")
         return read_records(self.prompts, "prompts")
 
-    def read_images(self, *, rewriting: bool = False) -> list[dict]:
-        """images.jsonl's records; ``rewriting``: the stage that writes it again reads what is there (a file cut
-        short included: the merge makes it whole)."""
-        return read_records(self.images, "images", rewriting=rewriting)
+    def read_images(self, *, merging: bool = False) -> list[dict]:
+        """images.jsonl's records; ``merging``: the generate stage's merge, which writes it again, reads what is
+        there (a file cut short or a repeated line included: the merge makes it whole, one record an image)."""
+        return read_records(self.images, "images", merging=merging)
 
     def read_image_shards(self) -> list[dict]:
         """Every record in shards/images.rank*.jsonl (the resume's other source), in file order."""

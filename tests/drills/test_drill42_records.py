@@ -171,3 +171,19 @@ def test_images_cut_short_is_truncation_not_a_smaller_run(own_run, tmp_path, mon
     assert code == 0, out[-2000:]
     assert (own_run / "images.jsonl").read_bytes() == original
     assert verify_run(own_run)["ok"]
+
+
+def test_an_image_line_twice_is_repaired_by_the_command_the_refusal_gives(own_run, tmp_path, monkeypatch, capsys):
+    """The refusal's advice ("rerun the command that made the run") works: its merge reads the repeat and writes
+    images.jsonl with one record an image, byte for byte the run's own."""
+    original = (own_run / "images.jsonl").read_bytes()
+    with open(own_run / "images.jsonl", "ab") as f:
+        f.write(original.splitlines(keepends=True)[0])
+    code, out = invoke(["report", str(own_run), "-q"], tmp_path, monkeypatch, capsys)
+    # a finished file: its grown line count is named first (the repeat itself on a file no stage recorded)
+    assert code == 2 and "images.jsonl:10: 9 lines, but its stage wrote 8" in out, out
+    assert out.rstrip().endswith("rerun the command that made the run"), out
+    code, out = invoke(["run", "--config", str(own_run / "run.yaml"), "--out", str(own_run), "-q"], tmp_path,
+                       monkeypatch, capsys)
+    assert code == 0, out[-2000:]
+    assert (own_run / "images.jsonl").read_bytes() == original and verify_run(own_run)["ok"]
