@@ -199,6 +199,8 @@ def test_broken_jsonl_and_activations_are_reported(run, tmp_path):
         ("activations", "activations/text_encoder/l2__eos.npy"): problems[("activations", "activations/text_encoder/l2__eos.npy")],
         ("activations", "activations/text_encoder/l3__eos.npy"): "missing (listed in meta.json)",
         ("activations", "activations/text_encoder/index.jsonl"): "1 rows, meta.json says n = 2",
+        # the line put before the records also grows a file its stage finished
+        ("complete", "prompts.jsonl"): "3 lines, but its stage finished it with 2 (lines added since)",
     }
     assert problems[("json", "shards/images.rank0.jsonl")].startswith("torn last line")
     assert problems[("activations", "activations/text_encoder/l2__eos.npy")].startswith("cannot load")
