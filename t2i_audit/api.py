@@ -283,7 +283,7 @@ def prepare_run(cfg: RunConfig, card, records: list[dict], *, root: Optional[Pat
         manifest["resume_argv"] = list(resume_argv)
     manifest.setdefault("stages", {})["prompts"] = {"status": "done", "prompts": len(records),
                                                     "categories": sorted({r["category"] for r in records})}
-    from .records import FINISHED, complete_lines
+    from .finished_files import FINISHED, complete_lines
 
     manifest.setdefault(FINISHED, {})["prompts.jsonl"] = complete_lines(run.prompts.read_bytes())  # every reader checks
     atomic_write_json(run.manifest, manifest)

@@ -30,6 +30,7 @@ from typing import Annotated, Any, Callable, Iterator, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from .errors import AuditError
+from .finished_files import check_whole
 from .safeload import jsonl_lines, loads_json, read_bytes
 
 # --- strict field types (shared with probes/probe_files.py) -----------------------------------------
@@ -396,13 +397,13 @@ def iter_records(path: "Path | str", kind: str, *, strict: bool = False,
     a prompt id twice moves images to another category, an image twice is counted twice. ``merging``: the
     reader is the merge of a kind whose appends legitimately repeat (:attr:`RecordKind.repeats`: it applies
     its own rule). A file its stage finished holds the lines the stage recorded (:func:`check_whole`), unless the
-    reader is the merge that writes it again. A torn last line (a kill's unfinished append) is dropped, as
+    reader is the merge that writes it again (:mod:`t2i_audit.finished_files`). A torn last line (a kill's unfinished append) is dropped, as
     always."""
     path = Path(path)
     _seen(kind, path)
     spec = RECORD_KINDS[kind]
     if not merging:
-        check_whole(path, kind)
+        check_whole(path, spec.pattern.count("/"), spec.advice(path))  # depth: where its run folder is
     if merging and not spec.repeats:
         raise ValueError(f"{kind} records have no merge that allows repeats")
     first: dict[tuple, int] = {}
@@ -448,52 +449,6 @@ def read_records(path: "Path | str", kind: str, *, strict: bool = False, merging
         _seen(kind, path)
         return []
     return [r for _, r in iter_records(path, kind, strict=strict, merging=merging)]
-
-
-# --- a finished file is whole ----------------------------------------------------------------------
-
-FINISHED = "finished"  # manifest.json's key: {run-relative path: lines} of the files whose stage finished them
-
-
-def run_root_of(path: Path, kind: str) -> Path:
-    return Path(path).parents[RECORD_KINDS[kind].pattern.count("/")]
-
-
-def finished_lines(path: Path, kind: str) -> Optional[int]:
-    """The lines the stage that finished ``path`` recorded in its run's manifest.json (None: none recorded — a
-    stage in progress, a run made before stages recorded them, no manifest). Read without the manifest's own
-    checks: a damaged manifest is refused by its own reader, not here."""
-    root = run_root_of(path, kind)
-    try:
-        manifest = loads_json(read_bytes(root / "manifest.json"), str(root / "manifest.json"))
-    except (AuditError, OSError):
-        return None
-    table = manifest.get(FINISHED) if isinstance(manifest, dict) else None
-    want = table.get(Path(path).relative_to(root).as_posix()) if isinstance(table, dict) else None
-    return want if type(want) is int else None
-
-
-def complete_lines(raw: bytes) -> int:
-    """Lines ended by a newline (a torn last line is not one)."""
-    return raw.count(b"\n")
-
-
-def check_whole(path: Path, kind: str) -> None:
-    """A file whose stage finished holds exactly the lines that stage wrote: one cut short (a copy that stopped,
-    a disk that filled, a hand edit) was read as a run with fewer images — 40.0 % instead of 37.5 % — and is
-    refused at the line where it ends, with the command that writes it again."""
-    want = finished_lines(path, kind)
-    if want is None or not Path(path).is_file():
-        return
-    have = complete_lines(read_bytes(path))
-    if have == want:
-        return
-    root = run_root_of(path, kind)
-    rel = Path(path).relative_to(root).as_posix()
-    what = (f"cut short: {have} complete line(s) of the {want} its stage wrote when it finished (truncated after "
-            "it was written)" if have < want else
-            f"{have} lines, but its stage wrote {want} when it finished (lines added since)")
-    raise AuditError(f"{path}:{have + 1}: {what} (manifest.json {FINISHED}.{rel}) — {RECORD_KINDS[kind].advice(path)}")
 
 
 def score_records(path: "Path | str", *, merging: bool = False) -> list[dict]:

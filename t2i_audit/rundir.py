@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import AuditError
-from .records import FINISHED, complete_lines, read_document, read_records, score_records
+from .finished_files import FINISHED, complete_lines
+from .records import read_document, read_records, score_records
 from .safeload import jsonl_lines
 
 
@@ -403,7 +404,7 @@ class RunDir:
 
     def mark_finished(self, *paths: Path) -> None:
         """Record in manifest.json the lines each file in ``paths`` holds now, as its stage finishes it: every later
-        reader checks the file against it (records.check_whole), so a file cut short is named, never read as a
+        reader checks the file against it (finished_files.check_whole), so a file cut short is named, never read as a
         smaller run. A missing file is recorded as unfinished."""
         with RunLock(self.root):
             m = self.read_manifest()

@@ -41,7 +41,8 @@ from typing import Optional
 
 from .errors import AuditError
 from .ownership import resume_command
-from .records import FINISHED, RECORD_KINDS, complete_lines, kind_of, problems_of, repeats_in
+from .finished_files import FINISHED, complete_lines
+from .records import RECORD_KINDS, kind_of, problems_of, repeats_in
 from .rundir import RunDir, file_sha256
 from .safeload import loads_json
 

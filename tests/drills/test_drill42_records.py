@@ -127,7 +127,7 @@ def _cut_last_line(path: Path) -> int:
 
 
 def test_each_finished_file_is_recorded_with_its_lines(finished_run):
-    from t2i_audit.records import FINISHED
+    from t2i_audit.finished_files import FINISHED
     from t2i_audit.rundir import RunDir
 
     table = RunDir(finished_run).read_manifest()[FINISHED]
