@@ -35,11 +35,27 @@ def summary(xs: list[float]) -> dict:
     return {"median_s": round(statistics.median(xs), 4), "min_s": round(min(xs), 4), "runs": [round(x, 4) for x in xs]}
 
 
-def write(name: str, data: dict) -> Path:
+def result_path(name: str, out: "str | Path | None" = None) -> Path:
+    """Where a run's figures go: ``out`` (``$BENCH_OUT``) where given, else a new file
+    ``results/<name>-<UTC time>.json``. Never the committed ``results/<name>.json`` a rerun would overwrite
+    silently: the figures docs/benchmarks.md quotes are replaced only by naming that file on purpose."""
+    out = out or os.environ.get("BENCH_OUT")
+    if out:
+        return Path(out)
     RESULTS.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path, k = RESULTS / f"{name}-{stamp}.json", 1
+    while path.exists():  # two runs in one second
+        path, k = RESULTS / f"{name}-{stamp}-{k}.json", k + 1
+    return path
+
+
+def write(name: str, data: dict, out: "str | Path | None" = None) -> Path:
     data = {"benchmark": name, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", **data}
-    path = RESULTS / f"{name}.json"
+    path = result_path(name, out)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
     print(json.dumps(data, indent=2))
+    print(f"wrote {path}")
     return path

@@ -17,7 +17,7 @@ Three fitters, on the same `--sample` arrays of each width, in one run, alternat
 * `sklearn_loose` (context) — what the reference was before the fits converged: StandardScaler +
   LogisticRegression(tol=1e-3, max_iter=500), stopped far from the optimum.
 The whole-suite time is extrapolated linearly by array count (the output says so). Each run stores
-its thread count's entry in benchmarks/results/probe_fit.json, keeping the others:
+its thread count's entry of benchmarks/results/probe_fit.json, keeping the others, into a new timestamped file (never over the committed one):
 
     python benchmarks/bench_probe_fit.py --threads 2     # 2 threads
     python benchmarks/bench_probe_fit.py --threads 1     # 1 thread

@@ -18,7 +18,8 @@ rounds that run every measurement once in a rotated order (drift and other jobs 
 
     python benchmarks/bench_selection_costs.py [--reps 7]
 
-Writes benchmarks/results/selection_costs.json (``seconds_per``: what ``select --study`` reads). The machine is
+Writes a new benchmarks/results/selection_costs-<UTC time>.json (``seconds_per``: the figures
+t2i_audit/data/selection_costs.json gives ``select --study``). The machine is
 shared: ``load_during_run`` records the 1-minute load average before and after.
 """
 

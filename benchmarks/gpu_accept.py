@@ -549,14 +549,16 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="tiny twins: check the script itself (CPU)")
     ap.add_argument("--work", default=None, help="folder for the models and runs (default: $TMPDIR/gpu_accept)")
-    ap.add_argument("--out", default=None, help="result JSON (default benchmarks/results/gpu_accept.json)")
+    ap.add_argument("--out", default=None, help="result JSON (default a new benchmarks/results/gpu_accept-<UTC>.json)")
     ap.add_argument("--sections", default=",".join(n for n, _ in SECTIONS))
     ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for all sections together")
     ap.add_argument("--section", help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.work = str(Path(a.work or Path(os.environ.get("TMPDIR", "/tmp")) / "gpu_accept").resolve())
-    out = Path(a.out).resolve() if a.out else HERE / "results" / ("gpu_accept_tiny_cpu.json" if a.tiny
-                                                                   else "gpu_accept.json")
+    # a new timestamped file by default: a rerun never overwrites figures committed under results/
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(a.out).resolve() if a.out else HERE / "results" / (
+        f"{'gpu_accept_tiny_cpu' if a.tiny else 'gpu_accept'}-{stamp}.json")
     unknown = set(filter(None, a.sections.split(","))) - {n for n, _ in SECTIONS}
     if unknown:
         ap.error(f"--sections: unknown {', '.join(sorted(unknown))}; known: {', '.join(n for n, _ in SECTIONS)}")

@@ -99,7 +99,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("run", type=Path)
     ap.add_argument("selects", type=Path, nargs="*")
-    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("results") / "selection_mini.json")
+    # required: the default was the committed results/selection_mini.json, overwritten silently by any rerun
+    ap.add_argument("--out", type=Path, required=True, help="where to write the summary (the committed figures are "
+                    "benchmarks/results/selection_mini.json: name it to replace them)")
     ap.add_argument("--key", default=None, help="write under this key of the --out file, keeping its other keys")
     a = ap.parse_args()
     got = summarise(a.run, a.selects)

@@ -200,7 +200,7 @@ def chosen_scorers(cfg: RunConfig, card) -> Optional[list[str]]:
 def refuse_fewer_samples(run: RunDir, cfg: RunConfig) -> None:
     """A run that holds N images per prompt is never continued with fewer: images.jsonl would be rewritten
     without the others (and run.yaml would say fewer). Refused before anything is written."""
-    made = max((r["sample"] for r in run.read_images() + run.read_image_shards()), default=-1) + 1
+    made = max((r["sample"] for r in run.read_images(merging=True) + run.read_image_shards()), default=-1) + 1
     if cfg.images_per_prompt < made:
         raise AuditError(f"{run.root}: holds {made} images per prompt; --images-per-prompt/-n "
                          f"{cfg.images_per_prompt} would drop the records of the others from images.jsonl — rerun "
@@ -345,6 +345,9 @@ def prepare_run(cfg: RunConfig, card, records: list[dict], *, root: Optional[Pat
         manifest["resume_argv"] = list(resume_argv)
     manifest.setdefault("stages", {})["prompts"] = {"status": "done", "prompts": len(records),
                                                     "categories": sorted({r["category"] for r in records})}
+    from .finished_files import FINISHED, complete_lines
+
+    manifest.setdefault(FINISHED, {})["prompts.jsonl"] = complete_lines(run.prompts.read_bytes())  # every reader checks
     atomic_write_json(run.manifest, manifest)
     return run
 

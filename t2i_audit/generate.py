@@ -360,7 +360,7 @@ def _done_items(run: RunDir) -> dict[tuple[str, int], dict]:
     from .rundir import file_sha256
 
     candidates: dict[tuple[str, int], list[dict]] = {}
-    for rec in run.read_images() + run.read_image_shards():  # each record checked (t2i_audit.records)
+    for rec in run.read_images(merging=True) + run.read_image_shards():  # each checked (t2i_audit.records)
         candidates.setdefault((rec["prompt_id"], rec["sample"]), []).append(rec)
     done = {}
     for key, recs in candidates.items():
@@ -403,6 +403,7 @@ def generate_images(run: RunDir, prompts: list[dict], card: ModelCard, s: GenSet
     state.wait_for_everyone()  # everyone has read the same "done" before anyone writes
 
     if state.is_main_process:
+        run.mark_unfinished(run.images)
         run.update_stage("generate", status="running", device=device, dtype=dtype, dtype_note=dtype_note,
                          world_size=world, settings=asdict(s), requested=len(prompts) * s.images_per_prompt,
                          reused=len(done), planned_batch_size=s.batch_size,
@@ -596,6 +597,7 @@ def merge_shards(run: RunDir, prompts: list[dict], images_per_prompt: int, made_
     order = [(p["id"], k) for p in prompts for k in range(images_per_prompt)]
     records = [done[key] for key in order if key in done]
     atomic_write_jsonl(run.images, records)
+    run.mark_finished(run.images)
     flags: dict[str, int] = {}
     for r in records:
         for f in r["flags"]:

@@ -21,6 +21,7 @@ files). An ``hf:`` repo contributes its JSON / text files only (``snapshot_downl
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from functools import lru_cache
 from pathlib import Path
@@ -122,7 +123,7 @@ def call_defaults(pipeline_class: type) -> dict[str, tuple]:
 
 
 @lru_cache(maxsize=32)
-def _defaults(path_or_repo: str, revision: Optional[str], stamp: float) -> tuple[dict, dict]:
+def _defaults(path_or_repo: str, revision: Optional[str], stamp: str) -> tuple[dict, dict]:
     folder = pipeline_folder(path_or_repo, revision)
     try:
         pipe = meta_pipeline(folder)
@@ -144,6 +145,7 @@ def pipeline_defaults(path_or_repo: str, revision: Optional[str] = None) -> tupl
     """(settings, where each comes from) that the pipeline uses when ``__call__`` gets none; a setting the
     pipeline has no default for is left out (the caller keeps its generic one and says so)."""
     index = Path(path_or_repo) / "model_index.json"
-    stamp = index.stat().st_mtime if index.is_file() else 0.0  # an edited folder is read again
+    # an edited folder is read again: keyed by the index's content (an mtime stays when a file is replaced)
+    stamp = hashlib.sha256(index.read_bytes()).hexdigest() if index.is_file() else ""
     defaults, sources = _defaults(path_or_repo, revision, stamp)
     return dict(defaults), dict(sources)

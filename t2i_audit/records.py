@@ -30,6 +30,7 @@ from typing import Annotated, Any, Callable, Iterator, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from .errors import AuditError
+from .finished_files import check_whole
 from .safeload import jsonl_lines, loads_json, read_bytes
 
 # --- strict field types (shared with probes/probe_files.py) -----------------------------------------
@@ -216,9 +217,10 @@ class Stages(Strict):
 
 class Manifest(Strict):
     """manifest.json: what readers take from it (stage statuses, the batch plans, the scorers run, the model,
-    the command that continues the run)."""
+    the command that continues the run, the lines of each file a stage finished)."""
 
     stages: Stages = Stages()
+    finished: dict[str, Count] = {}  # run-relative path → the lines its stage wrote when it finished it
     model: Optional[Union[dict, str]] = None
     fingerprint: Optional[str] = None
     resume_argv: Optional[list[str]] = None
@@ -256,6 +258,9 @@ class RecordKind:
     schema: str  # "module:Class"
     lines: bool  # JSONL (one record a line) or one JSON document
     redo: str  # what rewrites it: the advice when it is refused (RUN: the run folder, NAME: the scorer)
+    key: tuple[str, ...] = ()  # the fields that name a record: two records of one key in a file are refused
+    repeats: str = ""  # where appending legitimately repeats a key: the merge's rule
+    unique: bool = True  # a plain read refuses a repeated key (False: every reader of the kind is its merge)
 
     def advice(self, path: Path) -> str:
         """:attr:`redo` for the file ``path``, with its run folder and scorer filled in: a command to copy."""
@@ -265,6 +270,9 @@ class RecordKind:
     def model(self) -> type[BaseModel]:
         return _schema(self.schema)
 
+    def key_of(self, record: dict) -> tuple:
+        return tuple(record.get(f) for f in self.key)
+
 
 @functools.lru_cache(maxsize=None)
 def _schema(ref: str) -> type[BaseModel]:
@@ -273,27 +281,42 @@ def _schema(ref: str) -> type[BaseModel]:
 
 
 _HERE = __name__
+IMAGE_KEY = ("prompt_id", "sample")
+# one record per image and question (or metric, or the prompt's own): what verify, report and compare count once
+SCORE_KEY = (*IMAGE_KEY, "scorer", "kind", "question_id", "metric")
 RECORD_KINDS: dict[str, RecordKind] = {
-    "prompts": RecordKind("prompts.jsonl", f"{_HERE}:PromptRecord", True, "made by `run`; remake the run"),
-    "images": RecordKind("images.jsonl", f"{_HERE}:ImageRecord", True, "rerun the command that made the run"),
+    "prompts": RecordKind("prompts.jsonl", f"{_HERE}:PromptRecord", True, "made by `run`; remake the run",
+                          key=("id",)),
+    "images": RecordKind("images.jsonl", f"{_HERE}:ImageRecord", True, "rerun the command that made the run",
+                         key=IMAGE_KEY,
+                         repeats="none is written; the merge that rewrites it (generate._done_items) reads it with the "
+                                 "shards and keeps one record an image, so rerunning the command repairs a repeat"),
     "image-shard": RecordKind("shards/images.rank*.jsonl", f"{_HERE}:ImageRecord", True,
-                              "rerun the command that made the run"),
+                              "rerun the command that made the run", key=IMAGE_KEY, unique=False,
+                              repeats="a regeneration appends the image again; the merge into images.jsonl takes "
+                                      "the last record whose file has its sha256 (generate._done_items)"),
     "scores": RecordKind("scores/*.jsonl", f"{_HERE}:ScoreRecord", True,
-                         "remove the file and rerun `t2i-audit score RUN --scorer NAME`"),
+                         "remove the file and rerun `t2i-audit score RUN --scorer NAME`", key=SCORE_KEY,
+                         repeats="a score stage in progress appends an image's new records after its stale ones; "
+                                 "its merge keeps the first finished, current group of each image "
+                                 "(scorers/stage.compact_scores), and every other reader refuses a repeat"),
     "score-shard": RecordKind("scores/shards/*.jsonl", f"{_HERE}:ScoreRecord", True,
-                              "remove the file and rerun `t2i-audit score RUN --scorer NAME`"),
+                              "remove the file and rerun `t2i-audit score RUN --scorer NAME`", key=SCORE_KEY,
+                              unique=False, repeats="the same merge as scores/ (scorers/stage.compact_scores)"),
     "manifest": RecordKind("manifest.json", f"{_HERE}:Manifest", False, "restore it from a copy of the run"),
     "summary": RecordKind("summary.json", f"{_HERE}:Summary", False,
                           "remove it and rerun `t2i-audit probe RUN` and `t2i-audit report RUN`"),
     "calibration": RecordKind("calibration/report.json", f"{_HERE}:CalibrationReport", False,
                               "rerun `t2i-audit calibrate RUN --labels …`"),
     "activation-index": RecordKind("activations/*/index.jsonl", f"{_HERE}:ActivationRow", True,
-                                   "remove that activations/ folder and rerun `t2i-audit probe RUN`"),
+                                   "remove that activations/ folder and rerun `t2i-audit probe RUN`", key=("row",)),
     "refusals": RecordKind("refusals.jsonl", f"{_HERE}:Refusal", True,
-                           "remove the file and rerun the command that made the run (those images are asked again)"),
-    "selection": RecordKind("selection.jsonl", f"{_HERE}:ScanRecord", True, "rerun the `select` that made the run"),
+                           "remove the file and rerun the command that made the run (those images are asked again)",
+                           key=IMAGE_KEY),
+    "selection": RecordKind("selection.jsonl", f"{_HERE}:ScanRecord", True, "rerun the `select` that made the run",
+                            key=IMAGE_KEY),
     "early-risk": RecordKind("probes/early_risk.jsonl", f"{_HERE}:EarlyRisk", True,
-                             "rerun `t2i-audit probe RUN --early`"),
+                             "rerun `t2i-audit probe RUN --early`", key=(*IMAGE_KEY, "step")),
     "failure-probe": RecordKind("probes/failure_probe.json", "t2i_audit.probes.probe_files:FailureProbe", False,
                                 "fit it again with `t2i-audit probe RUN`"),
     "early-probes": RecordKind("probes/early_probes.json", "t2i_audit.probes.probe_files:EarlyProbes", False,
@@ -386,31 +409,72 @@ def _seen(kind: str, path: Path) -> None:
         observe(kind, path)
 
 
-def iter_records(path: "Path | str", kind: str, *, strict: bool = False) -> Iterator[tuple[int, dict]]:
+def iter_records(path: "Path | str", kind: str, *, strict: bool = False,
+                 merging: bool = False) -> Iterator[tuple[int, dict]]:
     """(line number, record) of a JSONL file of ``kind``, each checked; the first unsound one is an
-    AuditError at ``file:line``. A torn last line (a kill's unfinished append) is dropped, as always."""
+    AuditError at ``file:line``, and so is a record whose key (:attr:`RecordKind.key`) an earlier line holds —
+    a prompt id twice moves images to another category, an image twice is counted twice. ``merging``: the
+    reader is the merge of a kind whose appends legitimately repeat (:attr:`RecordKind.repeats`: it applies
+    its own rule). A file its stage finished holds the lines the stage recorded (:func:`check_whole`), unless the
+    reader is the merge that writes it again (:mod:`t2i_audit.finished_files`). A torn last line (a kill's unfinished append) is dropped, as
+    always."""
     path = Path(path)
     _seen(kind, path)
+    spec = RECORD_KINDS[kind]
+    if not merging:
+        check_whole(path, spec.pattern.count("/"), spec.advice(path))  # depth: where its run folder is
+    if merging and not spec.repeats:
+        raise ValueError(f"{kind} records have no merge that allows repeats")
+    first: dict[tuple, int] = {}
     for i, value in jsonl_lines(path, strict=strict):
         found = problems_of(kind, value)
         if found:
             raise refusal(kind, path, f"{path}:{i}", found)
+        if spec.key and spec.unique and not merging:
+            j = first.setdefault(spec.key_of(value), i)
+            if j != i:
+                raise repeated(kind, path, i, j, value)
         yield i, value
 
 
-def read_records(path: "Path | str", kind: str, *, strict: bool = False) -> list[dict]:
+def repeated(kind: str, path: Path, line: int, earlier: int, record: dict) -> AuditError:
+    """The error for a record of ``kind`` at ``path:line`` whose key line ``earlier`` holds already."""
+    spec = RECORD_KINDS[kind]
+    named = ", ".join(f"{f} {record.get(f)!r}" for f in spec.key if record.get(f) is not None)
+    return AuditError(f"{path}:{line}: {kind} record {named} repeats line {earlier} (a file holds each "
+                      f"{'/'.join(spec.key)} once; two would be read as two, or one would be lost) — edited or "
+                      f"damaged since t2i-audit wrote it; {spec.advice(path)}")
+
+
+def repeats_in(kind: str, numbered: "list[tuple[int, dict]]") -> list[tuple[int, int, dict]]:
+    """(line, earlier line, record) of every record whose key an earlier line holds, in a kind whose plain read
+    refuses repeats (none for the others): what ``verify`` lists where a reader stops at the first."""
+    spec = RECORD_KINDS[kind]
+    if not (spec.key and spec.unique):
+        return []
+    first: dict[tuple, int] = {}
+    out = []
+    for i, record in numbered:
+        j = first.setdefault(spec.key_of(record), i)
+        if j != i:
+            out.append((i, j, record))
+    return out
+
+
+def read_records(path: "Path | str", kind: str, *, strict: bool = False, merging: bool = False) -> list[dict]:
     """Every record of the JSONL file ``path`` of ``kind``, checked (a missing file has none)."""
     path = Path(path)
     if not path.exists():
         _seen(kind, path)
         return []
-    return [r for _, r in iter_records(path, kind, strict=strict)]
+    return [r for _, r in iter_records(path, kind, strict=strict, merging=merging)]
 
 
-def score_records(path: "Path | str") -> list[dict]:
-    """The records of a score file (``scores/<scorer>.jsonl`` or a shard under ``scores/shards/``), checked."""
+def score_records(path: "Path | str", *, merging: bool = False) -> list[dict]:
+    """The records of a score file (``scores/<scorer>.jsonl`` or a shard under ``scores/shards/``), checked;
+    ``merging``: the score stage's merge reads it (an image's records may repeat: it keeps one group)."""
     path = Path(path)
-    return read_records(path, "score-shard" if path.parent.name == "shards" else "scores")
+    return read_records(path, "score-shard" if path.parent.name == "shards" else "scores", merging=merging)
 
 
 def read_document(path: "Path | str", kind: str) -> dict:

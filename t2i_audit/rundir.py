@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from .errors import AuditError
+from .finished_files import FINISHED, complete_lines
 from .records import read_document, read_records, score_records
 from .safeload import jsonl_lines
 
@@ -132,10 +133,36 @@ def file_sha256(path: Path) -> str:
     key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     digest = _digests.get(key)
     if digest is None:
-        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        if st.st_size <= _WHOLE_READ:
+            digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        else:  # weights of GBs: streamed, never held in memory at once
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                while chunk := f.read(_CHUNK):
+                    h.update(chunk)
+            digest = h.hexdigest()
         if time.time_ns() - st.st_mtime_ns > _SETTLED_NS:
             _digests[key] = digest
     return digest
+
+
+_WHOLE_READ = 64 << 20  # files up to this size are hashed from one read (faster for images); larger ones streamed
+_CHUNK = 8 << 20
+# a Hugging Face cache snapshot links each file to blobs/<its content address>: sha256 for LFS files (weights), the
+# git blob sha1 for small ones — the hub's own content hash, so reading GBs again to learn it is not needed
+_HUB_BLOB = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
+
+
+def content_id(path: Path) -> str:
+    """What a cache or reuse decision keys a file on: its content (never its size and mtime, which a file replaced
+    by other bytes can keep). The hub cache's content address where the file is a link into ``blobs/``, else
+    :func:`file_sha256` (memoised within a process)."""
+    p = Path(path)
+    if p.is_symlink():
+        target = p.resolve()
+        if target.parent.name == "blobs" and _HUB_BLOB.match(target.name):
+            return target.name
+    return file_sha256(p)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -147,7 +174,16 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def dumps_line(record: dict) -> str:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+    """One JSONL line: strict JSON, so NaN or infinity is refused here (ValueError naming the key) instead of
+    written as ``NaN``, which no JSON reader but Python's accepts and every reader of ours refuses."""
+    try:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:
+        from .records import _non_finite, key_path
+
+        where = _non_finite(record)
+        raise ValueError(f"record not written: {key_path(where or ())} is not a finite number (JSON has no NaN "
+                         f"or infinity): {str(record)[:200]}") from None
 
 
 def atomic_write_jsonl(path: Path, records: Iterable[dict]) -> int:
@@ -366,6 +402,30 @@ class RunDir:
             atomic_write_json(self.manifest, m)
         return m
 
+    def mark_finished(self, *paths: Path) -> None:
+        """Record in manifest.json the lines each file in ``paths`` holds now, as its stage finishes it: every later
+        reader checks the file against it (finished_files.check_whole), so a file cut short is named, never read as a
+        smaller run. A missing file is recorded as unfinished."""
+        with RunLock(self.root):
+            m = self.read_manifest()
+            table = m.setdefault(FINISHED, {})
+            for path in paths:
+                if Path(path).is_file():
+                    table[self.rel(path)] = complete_lines(Path(path).read_bytes())
+                else:
+                    table.pop(self.rel(path), None)
+            atomic_write_json(self.manifest, m)
+
+    def mark_unfinished(self, *paths: Path) -> None:
+        """The files in ``paths`` are being written again (their stage started): no line count holds until it ends."""
+        with RunLock(self.root):
+            m = self.read_manifest()
+            table = m.get(FINISHED) or {}
+            if any(self.rel(p) in table for p in paths):
+                for p in paths:
+                    table.pop(self.rel(p), None)
+                atomic_write_json(self.manifest, m)
+
     def read_summary(self) -> dict:
         return read_document(self.summary, "summary")
 
@@ -381,8 +441,10 @@ class RunDir:
             raise AuditError(f"{self.root}: not a run directory (no prompts.jsonl)")
         return read_records(self.prompts, "prompts")
 
-    def read_images(self) -> list[dict]:
-        return read_records(self.images, "images")
+    def read_images(self, *, merging: bool = False) -> list[dict]:
+        """images.jsonl's records; ``merging``: the generate stage's merge, which writes it again, reads what is
+        there (a file cut short or a repeated line included: the merge makes it whole, one record an image)."""
+        return read_records(self.images, "images", merging=merging)
 
     def read_image_shards(self) -> list[dict]:
         """Every record in shards/images.rank*.jsonl (the resume's other source), in file order."""

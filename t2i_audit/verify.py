@@ -17,12 +17,15 @@ What a run records about its files is checked, category by category:
   (a stale record scored other pixels);
 * ``activations``: every array ``activations/<enc>/meta.json`` lists is a loadable ``.npy`` with
   ``meta["n"]`` rows and the sha256 meta.json recorded, and index.jsonl has ``n`` rows;
-* ``records``: no (image) twice in images.jsonl, no (image, question or metric) twice in a score
-  file — a rerun would keep either copy;
+* ``records``: no key twice in a file of a kind that names each record once (:attr:`RecordKind.key`: a prompt
+  id in prompts.jsonl, an image in images.jsonl, an (image, question or metric) in a score file) — a reader
+  refuses the file, and before readers did, a prompt's images moved category or an image counted twice;
 * ``stray``: score files no score stage of this run wrote or started, PNGs no image record lists —
   neither images.jsonl nor the shards a resume reads (a PNG recorded only in a shard is a finished image
   a kill kept from being merged: the next run merges it, so it is a note, never advice to move it);
-* ``stages``: every stage the manifest records finished (a killed run says ``running``).
+* ``stages``: every stage the manifest records finished (a killed run says ``running``);
+* ``complete``: every file a stage finished holds the lines that stage recorded (manifest.json ``finished``): a
+  file cut short after it was written is named as such — not as images a kill kept from being merged.
 
 No torch here (``verify`` must be instant); numpy and PIL are enough.
 """
@@ -38,7 +41,8 @@ from typing import Optional
 
 from .errors import AuditError
 from .ownership import resume_command
-from .records import RECORD_KINDS, kind_of, problems_of
+from .finished_files import FINISHED, complete_lines
+from .records import RECORD_KINDS, kind_of, problems_of, repeats_in
 from .rundir import RunDir, file_sha256
 from .safeload import loads_json
 
@@ -49,9 +53,11 @@ CATEGORIES = {
     "images": "every image images.jsonl lists is on disk with its recorded sha256",
     "scores": "every score record's image_sha256 is the hash of the image now on disk",
     "activations": "every array meta.json lists loads, has meta's n rows and its recorded sha256",
-    "records": "no image twice in images.jsonl, no (image, question or metric) twice in a score file",
+    "records": "no record key twice in a file (a prompt id in prompts.jsonl, an image in images.jsonl, an image's "
+               "question or metric in a score file …)",
     "stray": "no score file or PNG that this run's stages did not write (images.jsonl and shards/ are read)",
     "stages": "every stage the manifest records has finished",
+    "complete": "every file a finished stage wrote holds the lines the manifest recorded (none cut short)",
 }
 CLOSE_LEVELS = 4  # 8-bit levels of an 8×8 block mean: rounding elsewhere moves them by 0-2, damage far more
 
@@ -69,6 +75,7 @@ class _Verifier:
         self.problems: list[Problem] = []
         self.checked = dict.fromkeys(CATEGORIES, 0)
         self.records: dict[Path, list[dict]] = {}  # parsed JSONL files, good lines only
+        self.numbered: dict[Path, list[tuple[int, dict]]] = {}  # the same, with their line numbers
         self.regenerated: list[dict] = []  # other bytes, same picture: made on another machine
         self.unsound: set[Path] = set()  # JSON documents whose fields its readers refuse
         self.unmerged: list[str] = []  # PNGs recorded only in shards/: finished, merged by the next run
@@ -104,12 +111,14 @@ class _Verifier:
             return [r for _, r in numbered]
         self.checked["fields"] += 1
         good, bad = [], {}
+        self.numbered[path] = []
         for i, rec in numbered:
             found = problems_of(kind, rec)
             if found:
                 bad[i] = found[0]
             else:
                 good.append(rec)
+                self.numbered[path].append((i, rec))
         if bad:
             first = next(iter(bad))
             self.bad("fields", path, f"{len(bad)} record(s) its readers refuse: line(s) "
@@ -237,23 +246,20 @@ class _Verifier:
 
     # --- records, stray files, stages ---------------------------------------------------------
     def check_duplicates(self) -> None:
-        files = [self.rd.images] + sorted(p for p in self.records if p.parent == self.rd.scores_dir)
-        for path in files:
-            if path not in self.records:
+        """Every file of a record kind that names each record once (records.RECORD_KINDS[kind].key)."""
+        for path in sorted(self.numbered):
+            kind = kind_of(self.rd.rel(path))
+            spec = RECORD_KINDS[kind]
+            if not (spec.key and spec.unique):
                 continue
             self.checked["records"] += 1
-            seen: dict[tuple, int] = defaultdict(int)
-            for r in self.records[path]:
-                key = (r.get("prompt_id"), r.get("sample", 0))
-                if path != self.rd.images:
-                    key += (r.get("scorer"), r.get("kind"), r.get("question_id"), r.get("metric"))
-                seen[key] += 1
-            twice = [k for k, c in seen.items() if c > 1]
+            twice = repeats_in(kind, self.numbered[path])
             if twice:
-                k = twice[0]
-                self.bad("records", path, f"{len(twice)} record(s) appear more than once (e.g. {k[0]} sample {k[1]}"
-                                          + (f", {k[3]} {k[4] or k[5]}" if len(k) > 2 else "") + "): a rerun "
-                                          "would keep one copy at random — remove the duplicates")
+                line, earlier, rec = twice[0]
+                named = ", ".join(f"{f} {rec.get(f)}" for f in spec.key if rec.get(f) is not None)
+                self.bad("records", path, f"{len(twice)} record(s) repeat the key of an earlier line (first: line "
+                                          f"{line}, {named}, as line {earlier}): readers refuse the file — keep one "
+                                          f"of each, or {spec.advice(path)}")
 
     def check_stray(self, manifest: dict) -> None:
         score = (manifest.get("stages") or {}).get("score") or {}
@@ -270,20 +276,41 @@ class _Verifier:
                    for r in self.records.get(p, [])}
         images_dir = self.rd.root / "images"
         if images_dir.is_dir():
-            for path in sorted(images_dir.rglob("*.png")):
+            # any file, of any format: a run's images may be PNG, JPEG or WebP (sources/), so what makes a file
+            # stray is that no record lists it, never its extension
+            for path in sorted(p for p in images_dir.rglob("*") if p.is_file()):
                 rel = self.rd.rel(path)
                 self.checked["stray"] += 1
-                if rel in listed or path.name.startswith("."):
+                if rel in listed or any(part.startswith(".") for part in path.relative_to(images_dir).parts):
                     continue
                 rec = sharded.get(rel)
                 if rec is None:
-                    self.bad("stray", path, "a PNG no image record lists (neither images.jsonl nor shards/): "
+                    self.bad("stray", path, "a file no image record lists (neither images.jsonl nor shards/): "
                                             "not written by this run's stages")
                 elif file_sha256(path) == rec.get("sha256"):
                     self.unmerged.append(rel)
                 else:
                     self.bad("images", path, "recorded in shards/ with another sha256 (altered since): the next "
                                              "run of the command that made the run makes it again")
+
+    def check_complete(self, manifest: dict) -> set[str]:
+        """Files cut short (or grown) since their stage finished them; returns their run-relative paths."""
+        damaged = set()
+        table = manifest.get(FINISHED) or {}
+        for rel, want in sorted(table.items()):
+            path = self.rd.root / rel
+            self.checked["complete"] += 1
+            if not path.is_file():
+                self.bad("complete", path, f"missing: its stage finished it with {want} line(s)")
+                damaged.add(rel)
+                continue
+            have = complete_lines(path.read_bytes())
+            if have != want:
+                damaged.add(rel)
+                self.bad("complete", path, (f"cut short (truncated): {have} complete line(s) of the {want} its stage "
+                                            "wrote when it finished" if have < want else
+                                            f"{have} lines, but its stage finished it with {want} (lines added since)"))
+        return damaged
 
     def check_stages(self, manifest: dict) -> None:
         for stage, info in (manifest.get("stages") or {}).items():
@@ -369,6 +396,12 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
     v.check_duplicates()
     v.check_stray(manifest)
     v.check_stages(manifest)
+    cut = v.check_complete(manifest)
+    if rd.rel(rd.images) in cut and v.unmerged:  # the cut lines, not images a kill kept from the merge
+        v.bad("complete", rd.images, f"{len(v.unmerged)} of the images it lost are recorded in shards/ and on disk "
+                                     "(the rerun merges them back): " + ", ".join(v.unmerged[:5])
+                                     + (" …" if len(v.unmerged) > 5 else ""))
+        v.unmerged = []
     damaged = {c: sum(p.category == c for p in v.problems) for c in CATEGORIES}
     if v.unmerged:
         notes.append(f"{len(v.unmerged)} finished image(s) are recorded only in shards/ (the run stopped before it "
@@ -387,14 +420,15 @@ def verify_run(run_dir: Path | str | RunDir) -> dict:
 
 
 UNITS = {"json": "files", "fields": "files", "images": "images", "scores": "score files", "activations": "encoders",
-         "records": "files", "stray": "files", "stages": "stages"}
+         "records": "files", "stray": "files", "stages": "stages", "complete": "files"}
 
 
 def format_result(result: dict) -> str:
     lines = [f"verify {result['run']}"]
     for c, s in result["summary"].items():
-        state = "ok" if not s["damaged"] else f"{s['damaged']} damaged"
-        lines.append(f"  {c:<12} {s['checked']:>6} {UNITS[c]:<12} {state}")
+        # "stray 282 files ok" read as 282 stray files: each line says what was checked, then what was found
+        found = STATES.get(c, ("ok", "{n} damaged"))[1 if s["damaged"] else 0].format(n=s["damaged"])
+        lines.append(f"  {c:<12} {s['checked']:>6} {UNITS[c] + ' checked:':<21} {found}")
     lines += [f"note: {n}" for n in result["notes"]]
     if result["ok"]:
         lines.append("clean: every recorded file is intact")
@@ -409,6 +443,9 @@ def format_result(result: dict) -> str:
     return "\n".join(lines)
 
 
+STATES = {"stray": ("none stray", "{n} stray"), "complete": ("none cut short", "{n} cut short"),
+          "records": ("no key twice", "{n} with a key twice")}  # (clean, damaged) where "ok"/"damaged" misleads
+
 REPAIR = {
     "json": "a torn last line goes on the next run of its stage; a corrupted line elsewhere stops "
             "the stage that reads it: remove that line (or the file, to redo the stage)",
@@ -421,4 +458,7 @@ REPAIR = {
     "records": "remove the duplicated lines (keep the first), then rerun the stage",
     "stray": "move the files listed as stray (no stage of this run wrote them) out of the run directory",
     "stages": "rerun the command that made the run to finish it ({resume})",
+    "complete": "a file cut short after its stage finished: for images.jsonl rerun the command that made the run "
+                "({resume}) — it merges the records back from shards/ and makes what is gone again; for a score file, "
+                "remove it and rerun `t2i-audit score {run}`",
 }

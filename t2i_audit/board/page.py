@@ -10,12 +10,11 @@ images where the runs of a group disagree, filterable by category and failure ty
 from __future__ import annotations
 
 import datetime as _dt
-import os
 from pathlib import Path
 
 from .. import deciding as rule
 from ..report import charts
-from ..report.html import render, static_assets
+from ..report.html import page_href, render, static_assets
 from ..report.thumbs import Thumbs
 from ..rundir import atomic_write_text
 from . import readers, settings, store
@@ -23,8 +22,7 @@ from .chart import rank_chart
 from .ranks import N_BOOT
 
 
-def _rel(path: Path, start: Path) -> str:
-    return Path(os.path.relpath(path, start)).as_posix()
+_rel = page_href  # every link into a run made safe: relative, ./-prefixed, URL-quoted
 
 
 def _cell(c: dict) -> dict:

@@ -86,6 +86,7 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
                              f"--model {model!r} has no {key}; fit the probe again with `t2i-audit probe {from_run}`")
         rows.append(res[key])
     X = np.concatenate(rows).astype(np.float64)
+    _refuse_unpooled(X, prompts, probe, from_run, model)
     if X.shape[1] != len(probe["mean"]):  # the fingerprint matched, so the file's arrays were cut or padded
         raise AuditError(f"{from_run / 'probes' / 'failure_probe.json'}: mean/scale/coef hold "
                          f"{len(probe['mean'])} values but {probe['encoder']}/{key} has {X.shape[1]} features; "
@@ -121,6 +122,36 @@ def predict_failures(model: str, suite_path, from_run, out_path, *, device="cpu"
               f"({', '.join(names[:8])}{', …' if len(names) > 8 else ''}): their risk extrapolates beyond what the "
               f"probe was fitted on (unseen_values in {out_path})", file=sys.stderr)
     return out
+
+
+def _refuse_unpooled(X: np.ndarray, prompts: list[dict], probe: dict, from_run: Path, model: str) -> None:
+    """A prompt whose features the probe's pooling cannot make (a ``slot-<name>`` pooling where the prompt has no
+    such slot: the encoder leaves its row NaN) has no risk: ranked, it would be written as NaN and sorted
+    anywhere. Refused at the line of the probe file that names the pooling, with the prompts it cannot read."""
+    bad = [i for i in range(len(X)) if not np.isfinite(X[i]).all()]
+    if not bad:
+        return
+    path = from_run / "probes" / "failure_probe.json"
+    line = _line_of(path, '"pooling"')
+    pooling = probe["pooling"]
+    slot = pooling[len("slot-"):] if pooling.startswith("slot-") else None
+    why = (f"they have no slot {slot!r} (their slots: {', '.join(sorted(prompts[bad[0]].get('spans') or {})) or 'none'})"
+           if slot else f"{probe['encoder']} of --model {model!r} gives no {pooling} features for them")
+    raise AuditError(f"{path}{f':{line}' if line else ''}: pooling {pooling!r} cannot be read from {len(bad)} of "
+                     f"{len(prompts)} prompts (first: {prompts[bad[0]]['id']} {prompts[bad[0]]['text']!r}): {why}; "
+                     f"give --prompts whose prompts have that slot, or fit the probe again with "
+                     f"`t2i-audit probe {from_run}` on a pooling these prompts have")
+
+
+def _line_of(path: Path, needle: str) -> int | None:
+    """The 1-based line of ``path`` where ``needle`` first appears (None: nowhere, or unreadable)."""
+    try:
+        for i, line in enumerate(Path(path).read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if needle in line:
+                return i
+    except OSError:
+        return None
+    return None
 
 
 def _novel_values(probe: dict, prompts: list[dict]) -> list[list[str]]:

@@ -30,7 +30,7 @@ from ..ownership import claim_output_dir
 from ..rundir import RunDir, atomic_write_json, atomic_write_text
 from ..scenes import prompt_groups
 from ..shareable import shareable_path
-from .html import render, static_assets
+from .html import page_href, render, static_assets
 from .tables import choose_scorer, decided_by_category, load_run, write_tables
 from .thumbs import Thumbs
 
@@ -43,6 +43,21 @@ def _labels(runs) -> list[str]:
     labels = [r.label for r in runs]  # the model with its variant: a base and a LoRA run never read alike
     out = [f"{lab} ({r.rd.root.name})" if labels.count(lab) > 1 else lab for lab, r in zip(labels, runs)]
     return [f"{lab} #{i + 1}" if out.count(lab) > 1 else lab for i, lab in enumerate(out)]
+
+
+def _have_images(runs) -> None:
+    """A run without images has nothing to compare: said as that, with the command that makes them — not as a
+    scorer missing, whose advice ("run the same scorer on each") cannot help before there are images."""
+    import shlex
+
+    empty = [r for r in runs if not r.images]
+    if empty:
+        r = empty[0]
+        how = "`" + shlex.join(["t2i-audit", "run", "--config", str(r.rd.config), "--out", str(r.rd.root),
+                                "--stages", "prompts,generate,score"]) + "`"
+        raise AuditError(f"{r.rd.root}: no images to compare (images.jsonl {'is empty' if r.rd.images.exists() else 'is missing'}"
+                         f"{f'; so are {len(empty) - 1} other run(s)' if len(empty) > 1 else ''}): make them with {how} "
+                         f"(it generates and scores them), then compare")
 
 
 def _deciding(runs, wanted: str | None) -> dict:
@@ -124,6 +139,7 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
     run_dirs = [d.root if isinstance(d, RunDir) else d for d in run_dirs]  # paths or RunDir objects
     _distinct(run_dirs)
     runs = [load_run(d) for d in run_dirs]
+    _have_images(runs)
     _same_protocols(runs)
     deciding = _deciding(runs, scorer)
     runs = [load_run(d, deciding=deciding) for d in run_dirs]
@@ -216,7 +232,7 @@ def compare_with_summary(run_dirs: list, out_dir, *, allow_different_suites: boo
                   for q in run.prompts[r["prompt_id"]].get("questions", [])]
             cells.append({"model": lab, "verdict": r["verdict"], "failure_types": r["failure_types"],
                           "thumb": thumbs.ensure(path, r["sha256"]),
-                          "href": Path(os.path.relpath(path, out)).as_posix(), "questions": qs})
+                          "href": page_href(path, out), "questions": qs})
         cards.append({"text": p0[key].get("text"), "category": p0[key].get("category"),
                       "template": p0[key].get("template"), "sample": s, "cells": cells})
     thumbs.prune()

@@ -221,8 +221,17 @@ def _gallery_pick(failed: pd.DataFrame, limit: int) -> pd.DataFrame:
     return failed.loc[failed.index.isin(picked.index)]
 
 
-def _rel(path: Path, start: Path) -> str:
-    return Path(os.path.relpath(path, start)).as_posix()
+def page_href(path: Path, start: Path) -> str:
+    """A link from a page in ``start`` to ``path``: relative, URL-quoted and starting with ``./`` or ``../``, so a
+    folder or file named from data (a run folder called ``javascript:alert(1)``, a ``#`` or ``?`` in a name) is
+    always a path, never a scheme, a fragment or a query. Every href a page builds from data goes through here."""
+    from urllib.parse import quote
+
+    rel = quote(Path(os.path.relpath(path, start)).as_posix(), safe="/")  # ':' → %3A: no scheme survives
+    return rel if rel.startswith("../") else "./" + rel
+
+
+_rel = page_href
 
 
 def scorer_section(data: RunData, thumbs: Thumbs, out_dir: Path) -> dict:

@@ -283,9 +283,12 @@ def calibrate(run_dir: RunDir | str | Path, labels: Path | str, *, scorers: Iter
     return report
 
 
-def export_sheet(run_dir: RunDir | str | Path, out: Path | str, *, per: str = "both", force: bool = False) -> int:
+def export_sheet(run_dir: RunDir | str | Path, out: Path | str, *, per: str = "both", force: bool = False,
+                 n: int | None = None, seed: int = 0) -> int:
     """A labelling sheet: one row per image (``per=prompt``), per question, or both; returns rows. An existing
-    file at ``out`` (perhaps the user's labels) is replaced only with ``force``."""
+    file at ``out`` (perhaps the user's labels) is replaced only with ``force``. ``n``: only the ``n`` images
+    ``label --n N --seed SEED`` samples (the same stratified sample), so the sheet and the page hold the same
+    images — without it, every image of the run (1,512 questions on the quickstart)."""
     import pandas as pd
 
     from ..ownership import claim_output_file
@@ -297,8 +300,16 @@ def export_sheet(run_dir: RunDir | str | Path, out: Path | str, *, per: str = "b
     if not rd.root.is_dir():
         raise AuditError(f"{rd.root}: run directory not found")
     prompts = {p["id"]: p for p in rd.read_prompts()}
+    images = rd.read_images()
+    if n is not None:
+        from ..report.label import stratified_sample
+
+        if n < 1:
+            raise AuditError(f"--n {n}: give at least 1 image")
+        picked = {(r["prompt_id"], r["sample"]) for r in stratified_sample(images, prompts, n, seed)}
+        images = [r for r in images if (r["prompt_id"], r["sample"]) in picked]  # in the run's order
     rows = []
-    for img in rd.read_images():
+    for img in images:
         if img.get("flags"):
             continue
         p = prompts.get(img["prompt_id"])

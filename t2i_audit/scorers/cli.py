@@ -100,14 +100,28 @@ def register(app: typer.Typer) -> None:
             counts = run_score_stage(rd, names, device=device, batch_size=batch_size, progress=progress,
                                      overrides=parse_sets(set_, model), extra_cards=[str(c) for c in card or []])
         for name, c in counts.items():
-            typer.echo(f"{name}: {c['scored']} scored, {c['resumed']} resumed, {c['excluded']} excluded "
-                       f"(flagged); passed {c['passed']}, failed {c['failed']}; {c['records']} records "
-                       f"in {c['seconds']} s; truncated {c['truncated']}; failures {c['failures']}")
+            typer.echo(score_line(rd, name, c))
         from .protocols import unsupported_warning  # as after `run`: "unsupported" is not "not run"
 
         warning = unsupported_warning(rd.scores_dir) if counts else None
         if warning:
             typer.echo(warning, err=True)
+
+    def score_line(rd, name: str, c: dict) -> str:
+        """What one scorer did, in words that hold on a resume: "passed 0, failed 0" read as a run where every
+        image failed to score when nothing was left to score. The totals over every image come from its file."""
+        from .stage import _verdict_counts
+
+        total = {"passed": 0, "failed": 0, "undecided": 0, "excluded": 0, "truncated": 0, "failures": {}}
+        _verdict_counts(rd.read_scores(rd.scores(name)), total)
+        over_all = (f"all {c['images']} images: passed {total['passed']}, failed {total['failed']}"
+                    + (f", undecided {total['undecided']}" if total["undecided"] else "")
+                    + (f", excluded {total['excluded']} (flagged)" if total["excluded"] else ""))
+        if c["scored"] == 0 and c["excluded"] == 0 and "error" not in c:
+            return f"{name}: nothing new to score; {c['resumed']} images already scored ({over_all})"
+        return (f"{name}: {c['scored']} scored now, {c['resumed']} already scored, {c['excluded']} excluded "
+                f"(flagged); this time passed {c['passed']}, failed {c['failed']}; {over_all}; {c['records']} "
+                f"records in {c['seconds']} s; truncated {c['truncated']}; failures {c['failures']}")
 
     @app.command("scorers")
     def scorers_cmd(
@@ -139,6 +153,9 @@ def register(app: typer.Typer) -> None:
         labels: Optional[Path] = typer.Option(None, help="labels.csv: prompt_id,sample[,question_id],label."),
         export_sheet: Optional[Path] = typer.Option(None, "--export-sheet", help="Write a labelling sheet CSV."),
         per: str = typer.Option("both", help="Sheet rows per prompt, question or both."),
+        n: Optional[int] = typer.Option(None, "--n", help="With --export-sheet: only the N images `label --n N` "
+                                        "samples (same --seed), not every image of the run."),
+        seed: int = typer.Option(0, "--seed", help="With --export-sheet --n: the sampling seed, as `label --seed`."),
         scorer: Optional[List[str]] = typer.Option(None, "--scorer", "-s", help="Scorers (default: all)."),
         fit_threshold: bool = typer.Option(False, help="Fit the card's threshold by grouped CV; save a card copy."),
         folds: int = typer.Option(5, help="Cross-validation folds."),
@@ -167,8 +184,8 @@ def register(app: typer.Typer) -> None:
         if export_sheet is None and labels is None:
             raise AuditError("calibrate: give --labels labels.csv or --export-sheet sheet.csv")
         if export_sheet is not None:
-            n = _export(run, export_sheet, per=per, force=force)
-            typer.echo(f"wrote {n} rows to {export_sheet}")
+            rows = _export(run, export_sheet, per=per, force=force, n=n, seed=seed)
+            typer.echo(f"wrote {rows} rows to {export_sheet}")
         if labels is not None:
             from ..deciding import deciding_scorers
 

@@ -67,9 +67,20 @@ def register_open_clip_config(name: str, cfg: Mapping[str, Any]) -> None:
     cfg = json.loads(json.dumps(dict(cfg)))  # plain JSON types, as open_clip reads them back from the file
     if open_clip.get_model_config(name) == cfg:
         return
+    import shutil
+
+    from open_clip import factory
+
+    # open_clip registers configs only from files; the folder is removed once read, and so is its entry in the
+    # search path: the registry keeps what it read (a rescan updates it, never clears it), and a scoring leaves
+    # no t2i_audit_oc_* folder behind in the temp directory
     tmp = Path(tempfile.mkdtemp(prefix="t2i_audit_oc_"))
-    (tmp / f"{name}.json").write_text(json.dumps(cfg))
-    open_clip.add_model_config(tmp)  # appended last, so it wins every later rescan until re-registered
+    try:
+        (tmp / f"{name}.json").write_text(json.dumps(cfg))
+        open_clip.add_model_config(tmp)
+    finally:
+        factory._MODEL_CONFIG_PATHS[:] = [p for p in factory._MODEL_CONFIG_PATHS if Path(p) != tmp]
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def open_clip_build_kwargs(arch: str, tag: str | None) -> dict:

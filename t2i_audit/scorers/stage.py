@@ -101,7 +101,7 @@ def compact_scores(path: Path, scorer: Scorer, images: Mapping[tuple, dict],
     before: list[dict] = []
     for i, src in enumerate(sources):
         repair_jsonl(src)
-        records = score_records(src)
+        records = score_records(src, merging=True)  # repeats are what this fold resolves
         if i == 0:
             before = records
         for key, recs in _by_image(records).items():
@@ -119,7 +119,7 @@ def compact_scores(path: Path, scorer: Scorer, images: Mapping[tuple, dict],
 
 def finished_keys(path: Path, scorer: Scorer, images: Mapping[tuple, dict]) -> set[tuple]:
     """Finished keys of a compacted file (what every process reads after the main one folded)."""
-    return {key for key, recs in _by_image(score_records(path)).items()
+    return {key for key, recs in _by_image(score_records(path, merging=True)).items()
             if key in images and _finished(recs, images[key], scorer)}
 
 
@@ -221,9 +221,10 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
     batch_size, plan_note = keep_recorded_plan(rd, batch_size)  # every process reads the same record
     for s in instances:  # records edited or damaged since they were written are refused before a byte is written
         for path in (rd.scores(s.name), *score_shards(rd, s.name)):
-            score_records(path)
+            score_records(path, merging=True)  # a killed stage's repeats are folded below
     if main:
         rd.scores_dir.mkdir(parents=True, exist_ok=True)
+        rd.mark_unfinished(*(rd.scores(s.name) for s in instances))
         rd.update_stage("score", status="running", running=[s.name for s in instances], world_size=world,
                         planned_batch_size=batch_size, plan_note=plan_note)
         if plan_note:  # what was asked is not what runs: said even without progress output
@@ -311,6 +312,7 @@ def run_score_stage(run_dir: RunDir | str | Path, scorers: Sequence[str], *, dev
         compact_scores(rd.scores(s.name), s, by_key, score_shards(rd, s.name))
     with contextlib.suppress(OSError):  # only if empty: another scorer's shards may wait there
         (rd.scores_dir / "shards").rmdir()
+    rd.mark_finished(*(rd.scores(s.name) for s in instances))
     counts = _sum_counts(every)
     broken = {name: c["error"] for name, c in counts.items() if "error" in c}
     for c in counts.values():

@@ -224,6 +224,7 @@ def budget_select_run(cfg, from_run: Path, *, budget: float, seed: int | None = 
         prepare_run(cfg, card, records, root=rd.root, resume_argv=resume_argv(cfg, from_run, ["--budget", f"{budget:g}",
                                                                             *(["--holdout"] if holdout else [])]))
         s = scan_settings(src, card, base, cfg.batch_size)
+        rd.mark_unfinished(rd.images)
         rd.update_stage("generate", status="running", settings=s,
                         selection={"from": str(from_run), "budget": budget, "seed": base, "holdout": holdout})
         pipe = load_pipeline(card, resolve_device(cfg.device), s["dtype"])

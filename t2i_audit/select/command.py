@@ -147,6 +147,7 @@ def select_run(cfg, from_run: Path, *, n_of: int, keep: int, at: float, baseline
                     resume_argv=resume_argv(cfg, from_run, ["--of", str(n_of), "--keep", str(keep), "--at", str(at),
                                                           *([] if baseline else ["--no-baseline"])]))
         s = scan_settings(src, card, cfg.seed, cfg.batch_size)
+        rd.mark_unfinished(rd.images)
         rd.update_stage("generate", status="running", selection={"from": str(from_run), "of": n_of, "keep": keep,
                                                                   "at": at, "loop_step": step}, settings=s,
                         planned_batch_size=cfg.batch_size)

@@ -133,6 +133,7 @@ def run_policies(rd: RunDir, pipe, card, work: list[Work], fitted: dict, s: dict
     finished = _done_items(rd)
     atomic_write_jsonl(rd.images, [finished[(r["prompt_id"], r["sample"])] for r in rows
                                    if r["roles"] and (r["prompt_id"], r["sample"]) in finished])
+    rd.mark_finished(rd.images)
     return rows
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..errors import AuditError
 from .weight_files import Incomplete, check_weight_file, model_weight_files, tensor_names
 
 SETTLE_SECONDS = 10.0
@@ -105,6 +106,11 @@ class Skipped:
 class Discovery:
     checkpoints: list
     skipped: list
+    ignored: list = field(default_factory=list)  # folders named like checkpoints whose name gives no step
+
+
+# named like a checkpoint but no step number (``checkpoint-abc``, ``checkpoint-7.5``, ``checkpoint-final``)
+LOOKS_LIKE_CHECKPOINT = re.compile(r"^checkpoints?[-_]", re.IGNORECASE)
 
 
 def discover(output_dir: Path, base: Base, *, ema: bool = False, settle: float = SETTLE_SECONDS,
@@ -113,16 +119,19 @@ def discover(output_dir: Path, base: Base, *, ema: bool = False, settle: float =
     output_dir = Path(output_dir)
     now = time.time() if now is None else now
     found: list[tuple[tuple, str, Path, Optional[int]]] = []
-    for entry in sorted(output_dir.iterdir()) if output_dir.is_dir() else []:
-        m = CHECKPOINT_DIR.match(entry.name)
-        if m and entry.is_dir():
-            found.append(((0, int(m.group(1))), entry.name, entry, int(m.group(1))))
-    auto = output_dir / "checkpoints"
-    for entry in sorted(auto.iterdir()) if auto.is_dir() else []:
-        m = ACCELERATE_AUTO_DIR.match(entry.name)
-        if m and entry.is_dir():
-            found.append(((1, int(m.group(1))), f"checkpoints/{entry.name}", entry, int(m.group(1))))
+    ignored: list[str] = []
+    for prefix, folder, pattern in (("", output_dir, CHECKPOINT_DIR),
+                                    ("checkpoints/", output_dir / "checkpoints", ACCELERATE_AUTO_DIR)):
+        for entry in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if not entry.is_dir():
+                continue
+            m = pattern.match(entry.name)
+            if m:
+                found.append(((0 if not prefix else 1, int(m.group(1))), prefix + entry.name, entry, int(m.group(1))))
+            elif LOOKS_LIKE_CHECKPOINT.match(entry.name) and entry.name != "checkpoints":
+                ignored.append(prefix + entry.name)
     found.sort(key=lambda f: f[0])
+    _one_folder_a_step(found, output_dir)
     checkpoints, skipped = [], []
     for _, label, path, step in found:
         try:
@@ -139,7 +148,20 @@ def discover(output_dir: Path, base: Base, *, ema: bool = False, settle: float =
         skipped.append(final)
     elif final is not None:
         checkpoints.append(final)
-    return Discovery(checkpoints, skipped)
+    return Discovery(checkpoints, skipped, ignored)
+
+
+def _one_folder_a_step(found: list, output_dir: Path) -> None:
+    """``checkpoint-10`` and ``checkpoint-00010`` are both step 10: auditing both would put two points at one step
+    (and do one checkpoint's work twice). Refused, naming both, since which one training meant is unknown."""
+    by_step: dict[tuple, list[str]] = {}
+    for order, label, _, _ in found:
+        by_step.setdefault(order, []).append(label)
+    twice = [(order[1], labels) for order, labels in by_step.items() if len(labels) > 1]
+    if twice:
+        shown = "; ".join(f"{' and '.join(labels)} are both step {step}" for step, labels in twice[:3])
+        raise AuditError(f"{output_dir}: {shown}{' …' if len(twice) > 3 else ''}: keep one folder a step (move the "
+                         "others out of the training folder), then rerun")
 
 
 def read_checkpoint(path: Path, label: str, step: Optional[int], base: Base, *, ema: bool = False) -> Checkpoint:

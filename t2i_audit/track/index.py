@@ -71,17 +71,21 @@ class Index(BaseModel):
 
 
 def files_signature(paths) -> str:
-    """A cheap fingerprint of weight files (each file's path, size and mtime): a rerun checks content (sha256, the
-    run's identity) only where this changed, instead of reading every checkpoint again."""
+    """The fingerprint of a checkpoint's weight files by content (each file's path and sha256): a rerun audits a
+    checkpoint again exactly when its weights changed. Size and mtime were used before, and a checkpoint replaced by
+    other weights of the same size and mtime was silently reused (its page showed the old weights' numbers).
+    Cost: one read of the weights per track invocation (sha256 of a 256 MiB file from the page cache: 0.73 s on the
+    shared 2-core development machine, 0.35 GB/s — a 3.4 GB UNet about 10 s); memoised within the process, so the
+    run's own identity (variants, file_sha256) does not read them again."""
     import hashlib
-    import os
+
+    from ..rundir import content_id
 
     h = hashlib.sha1()
     for p in sorted(Path(x) for x in paths):
         for f in sorted(p.rglob("*")) if p.is_dir() else [p]:
             if f.is_file():
-                st = os.stat(f)
-                h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+                h.update(f"{f}\0{content_id(f)}\n".encode())
     return h.hexdigest()[:16]
 
 

@@ -206,8 +206,15 @@ def _rows(points, cps: list[dict], splits: list[str], summary: dict, links: bool
         d = _decod(c["decodability"], head, "heldout") if head else None
         out.append({"label": c["label"], "step": c["step"], "layout": c["layout"], "ema": c["ema"], "splits": cells,
                     "failures": charts.stacked_bar(sorted(counts.items()), width=180) if counts else "",
-                    "decod": d["rate"] if d else None, "thumbs": _thumbs(p), "run": c["run"] if links else None})
+                    "decod": d["rate"] if d else None, "thumbs": _thumbs(p), "run": _run_href(c["run"]) if links and c["run"] else None})
     return out
+
+
+def _run_href(run: str) -> str:
+    """The link to a checkpoint's run report (``runs/<label>``: named after the checkpoint folder, so made safe)."""
+    from ..report.html import page_href
+
+    return page_href(Path(run) / "report" / "index.html", Path("."))
 
 
 def _thumbs(point) -> list[dict]:

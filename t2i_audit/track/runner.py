@@ -86,14 +86,18 @@ def run_track(output_dir: Path | str, cfg: TrackConfig, *, progress: bool = True
     root = Path(cfg.out) if cfg.out else default_track_dir(output_dir)
     preflight_track(cfg, card, records, root, progress=progress)  # a judge that cannot load stops the track
     settings = track_identity(cfg, str(output_dir.resolve()), card, records)
-    claim_output_dir(root, "track", command="track", settings=settings)
-    write_prompts(root, records)
     local = Path(card.pretrained_path())
     base = Base.of(read_model_index(card.pretrained_path(), card.revision), local if local.is_dir() else None)
+    found = discover(output_dir, base, ema=cfg.ema, settle=cfg.settle)  # refusals (two folders a step) first
+    if found.ignored:  # said even under -q: a checkpoint the user expects on the curve is not on it
+        print(f"[track] warning: {len(found.ignored)} folder(s) named like checkpoints have no step number in their "
+              f"name and are not audited: {', '.join(found.ignored[:10])}{' …' if len(found.ignored) > 10 else ''} "
+              "(checkpoint-<integer> and checkpoints/checkpoint_<integer> are)", file=sys.stderr, flush=True)
+    claim_output_dir(root, "track", command="track", settings=settings)
+    write_prompts(root, records)
     with RunLock(root):
         index = ix.load_index(root)
         index.settings = settings
-        found = discover(output_dir, base, ema=cfg.ema, settle=cfg.settle)
         index.skipped = [ix.Skip(label=s.label, path=str(s.path), reason=s.reason) for s in found.skipped]
         entries = [ix.Entry(label="base", step=0, order=ix.order_key("base", 0), source=cfg.model, layout="base",
                             run="runs/base")]

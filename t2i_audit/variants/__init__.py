@@ -159,8 +159,21 @@ def resolve(loras: Iterable[str] = (), components: Optional[Mapping[str, str]] =
     """The variant of a run's ``loras`` / ``components`` settings: every file found and hashed, or a
     located AuditError (a missing file, a bad scale, a folder without LoRA weights)."""
     resolved = tuple(resolve_lora(spec) for spec in loras or ())
+    _each_lora_once(list(loras or ()), resolved)
     comps = tuple(resolve_component(n, p) for n, p in sorted((components or {}).items()))
     return Variant(resolved, comps)
+
+
+def _each_lora_once(specs: list[str], resolved: tuple) -> None:
+    """The same weights given twice (the same file, another path to it, or a copy: one sha256) would be loaded as
+    two adapters and applied twice — a scale the user did not ask for. Refused, naming both specs."""
+    first: dict[str, int] = {}
+    for i, lora in enumerate(resolved):
+        j = first.setdefault(lora.sha256, i)
+        if j != i:
+            raise AuditError(f"--lora {specs[i]!r}: the same LoRA weights as --lora {specs[j]!r} (sha256 "
+                             f"{lora.sha256[:12]}…): each LoRA is applied once; give it once, with the scale you "
+                             f"want (PATH:SCALE)")
 
 
 def resolve_lora(spec: str) -> LoraSpec:

@@ -46,6 +46,7 @@ SCORE = {"prompt_id": "pa32e0fdf24d4", "sample": 0, "image_sha256": SHA, "scorer
 SAMPLES: dict[str, dict] = {
     "prompts": PROMPT, "images": IMAGE, "image-shard": IMAGE, "scores": SCORE, "score-shard": SCORE,
     "manifest": {"fingerprint": "fdb5e6", "model": {"name": "mini", "source": "mini"}, "resume_argv": ["run"],
+                 "finished": {"images.jsonl": 16, "scores/mini-pixel.jsonl": 48},
                  "stages": {"generate": {"status": "done", "planned_batch_size": 4, "requested": 16,
                                          "settings": {"images_per_prompt": 2}},
                             "score": {"status": "done", "scorers": {"mini-pixel": {"scored": 16}}, "running": []}}},

@@ -45,10 +45,10 @@ def test_score_then_calibrate_with_local_model(app, tmp_path, model_dir):
     run = CliRunner().invoke(app, ["score", str(rd.root), "-s", "vqa-blip", "--model", f"vqa-blip={folder}",
                                    "--device", "cpu", "--no-progress"])
     assert run.exit_code == 0, run.output
-    assert "vqa-blip: 2 scored, 0 resumed, 0 excluded" in run.output
+    assert "vqa-blip: 2 scored now, 0 already scored, 0 excluded" in run.output
     again = CliRunner().invoke(app, ["score", str(rd.root), "-s", "vqa-blip", "--model", f"vqa-blip={folder}",
                                      "--device", "cpu", "--no-progress"])
-    assert "vqa-blip: 0 scored, 2 resumed" in again.output
+    assert "vqa-blip: nothing new to score; 2 images already scored (all 2 images: passed " in again.output
     sheet = tmp_path / "sheet.csv"
     r = CliRunner().invoke(app, ["calibrate", str(rd.root), "--export-sheet", str(sheet), "--per", "prompt"])
     assert r.exit_code == 0 and "wrote 2 rows" in r.output

@@ -104,7 +104,7 @@ def test_truncated_png_is_reported_then_regenerated_with_the_same_bytes(repo_roo
     r = verify_cli(run.root)
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"{rec['path']}: sha256" in r.stdout and "not a decodable PNG" in r.stdout
-    assert any(line.split() == ["images", "2", "images", "1", "damaged"] for line in r.stdout.splitlines())
+    assert any(line.split() == ["images", "2", "images", "checked:", "1", "damaged"] for line in r.stdout.splitlines())
     data = json.loads(verify_cli(run.root, "--json").stdout)
     assert data["ok"] is False and data["summary"]["images"] == {"checked": 2, "damaged": 1,
                                                                  "regenerated_elsewhere": 0}
@@ -199,6 +199,8 @@ def test_broken_jsonl_and_activations_are_reported(run, tmp_path):
         ("activations", "activations/text_encoder/l2__eos.npy"): problems[("activations", "activations/text_encoder/l2__eos.npy")],
         ("activations", "activations/text_encoder/l3__eos.npy"): "missing (listed in meta.json)",
         ("activations", "activations/text_encoder/index.jsonl"): "1 rows, meta.json says n = 2",
+        # the line put before the records also grows a file its stage finished
+        ("complete", "prompts.jsonl"): "3 lines, but its stage finished it with 2 (lines added since)",
     }
     assert problems[("json", "shards/images.rank0.jsonl")].startswith("torn last line")
     assert problems[("activations", "activations/text_encoder/l2__eos.npy")].startswith("cannot load")
@@ -222,7 +224,7 @@ def test_duplicated_records_are_reported(run):
     forged.update(verdict=not forged["verdict"], value=0.99)
     with run.scores("yes").open("a") as f:
         f.write(json.dumps(forged) + "\n")
-    assert "appear more than once" in categories(run.root)["records"]
+    assert "repeat the key of an earlier line" in categories(run.root)["records"]
     with run.images.open("a") as f:
         f.write(run.images.read_text().split("\n")[0] + "\n")
     problems = [p for p in verify_run(run.root)["problems"] if p["category"] == "records"]
@@ -291,7 +293,7 @@ def test_a_moved_run_is_repaired_where_it_now_is(repo_root, run, tmp_path, monke
 
 def test_verify_json_lists_every_category_it_checks(run):
     data = json.loads(verify_cli(run.root, "--json").stdout)
-    every = {"json", "fields", "images", "scores", "activations", "records", "stray", "stages"}
+    every = {"json", "fields", "images", "scores", "activations", "records", "stray", "stages", "complete"}
     assert data["ok"] and set(data["checks"]) == set(data["summary"]) == every  # clean ones too
     assert all(data["summary"][c]["damaged"] == 0 and data["checks"][c] for c in every)
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from ...errors import AuditError
 from ...records import read_records
-from ...rundir import atomic_write_json, atomic_write_jsonl, file_sha256
+from ...rundir import atomic_write_json, atomic_write_jsonl, content_id, file_sha256
 from ...safeload import read_cache_json, read_json
 
 CHUNK = 256
@@ -103,7 +103,8 @@ def encoder_fingerprint(path: str, enc: dict, revision: str | None, variant=None
             for f in sorted(folder.iterdir()):
                 if f.is_file():
                     h.update(f.name.encode())
-                    h.update(f.read_bytes() if f.suffix == ".json" else str(f.stat().st_size).encode())
+                    # by content: weights replaced by others of the same size were the same fingerprint
+                    h.update(f.read_bytes() if f.suffix == ".json" else content_id(f).encode())
         else:
             h.update(f"{path}/{sub}".encode())  # a hub repo id: name + revision identify it
     return h.hexdigest()[:16]
