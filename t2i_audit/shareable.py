@@ -24,8 +24,9 @@ def _home() -> str:
 
 
 def shareable_path(path: str, root: Path) -> str:
-    """``path`` (absolute) as a reader of the folder ``root`` should see it; see the module's rule."""
-    p = os.path.normpath(path)
+    """``path`` as a reader of the folder ``root`` should see it; see the module's rule. A relative ``path`` is
+    taken from the working directory, as the command that was given it took it (`compare runs/a runs/b`)."""
+    p = os.path.normpath(os.path.abspath(path))
     root_s = os.path.normpath(os.path.abspath(root))
     home = _home()
 

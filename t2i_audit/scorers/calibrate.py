@@ -256,7 +256,7 @@ def calibrate(run_dir: RunDir | str | Path, labels: Path | str, *, scorers: Iter
                 g[1].append(rec["value"])
                 g[2].append(row["label"])
                 g[3].append(group_of.get(row["key"][0], row["key"][0]))  # the prompt's group: what the CIs resample
-        if progress:  # the bootstraps take a while on thousands of labels: say what is being computed
+        if progress and matched:  # the bootstraps take a while on thousands of labels: say what is being computed
             print(f"[calibrate] {name}: agreement on {len(matched)} labels, "
                   f"{sum(len(c) for c in groups.values())} level × category cells, {n_boot} bootstrap resamples each",
                   file=sys.stderr, flush=True)

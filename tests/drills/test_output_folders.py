@@ -290,6 +290,7 @@ def _writer_argv(command: str, out: Path, world: dict) -> list:
             "mini train-generator": ["mini", "train-generator", "--smoke"],
             "mini sweep": ["mini", "sweep", "--smoke"],
             "track": ["track", world["good"], "--model", "mini", "--prompts", world["suite"], "--limit", "2"],
+            "prompts export": ["prompts", "export", world["suite"], "--limit", "2", "--layout", "imagefolder"],
             }[command] + ["--out", str(out)]
 
 
