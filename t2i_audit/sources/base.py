@@ -176,3 +176,16 @@ def read_image_file(path: Path, root: Path, where: str = "") -> bytes:
     if len(data) > MAX_IMAGE_BYTES:
         raise AuditError(f"{where}: more than the {MAX_IMAGE_BYTES:,} bytes an image may have")
     return data
+
+
+def main_process_only(make):
+    """``make_images`` of a source whose work needs no accelerator (requests, a lab's own sampler): the main process
+    makes every image, ``make(run, prompts, card, settings, progress)``, and the others wait for it."""
+
+    def make_images(run, prompts: list[dict], card, settings, *, state=None, progress: bool = True) -> dict:
+        counts = make(run, prompts, card, settings, progress) if state is None or state.is_main_process else {}
+        if state is not None:
+            state.wait_for_everyone()
+        return counts
+
+    return make_images

@@ -29,7 +29,7 @@ from typing import Callable
 
 from ..errors import AuditError
 from ..models import ModelCard
-from .base import plan_requests, write_image
+from .base import main_process_only, plan_requests, write_image
 from .recording import finish_stage, pending, record_refusal
 
 PREFIX = "python:"
@@ -86,14 +86,6 @@ def check_config(card: ModelCard, cfg) -> ModelCard:
     return card
 
 
-def make_images(run, prompts: list[dict], card: ModelCard, settings, *, state=None, progress: bool = True) -> dict:
-    main = state is None or state.is_main_process
-    counts = _make(run, prompts, card, settings, progress) if main else {}
-    if state is not None:
-        state.wait_for_everyone()
-    return counts
-
-
 def _make(run, prompts, card, settings, progress) -> dict:
     from tqdm.auto import tqdm
 
@@ -133,6 +125,10 @@ def _make(run, prompts, card, settings, progress) -> dict:
         bar.update(len(batch))
     bar.close()
     return finish_stage(run, prompts, settings.images_per_prompt, made_now=made)
+
+
+# the main process calls the sampler for every image not yet recorded; the others wait
+make_images = main_process_only(_make)
 
 
 def _as_list(images, n: int, card: ModelCard) -> list:

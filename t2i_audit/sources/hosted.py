@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from ..errors import AuditError
 from ..models import ModelCard
-from .base import plan_requests, write_image
+from .base import main_process_only, plan_requests, write_image
 from .recording import finish_stage, pending, record_refusal
 
 # a hosted model's settings are its own: nothing of ours is filled in (models.GENERIC_DEFAULTS is for pipelines)
@@ -100,15 +100,6 @@ def sent_settings(card: ModelCard, settings) -> dict:
             "not_sent": {k: f"{API_NAMES[card.kind]} takes no {k}" for k in given if k not in takes}}
 
 
-def make_images(run, prompts: list[dict], card: ModelCard, settings, *, state=None, progress: bool = True) -> dict:
-    """Ask the provider for every image not yet recorded (main process only: requests need no accelerator)."""
-    main = state is None or state.is_main_process
-    counts = _make(run, prompts, card, settings, progress) if main else {}
-    if state is not None:
-        state.wait_for_everyone()
-    return counts
-
-
 def _make(run, prompts, card, settings, progress) -> dict:
     concurrency = max(1, int(getattr(settings, "concurrency", 1) or 1))
     client = provider(card, concurrency)  # a missing key is said here, before any request
@@ -123,6 +114,10 @@ def _make(run, prompts, card, settings, progress) -> dict:
                         requests_now=asked["requests"],
                         timing={"loop_seconds": round(loop, 3),
                                 "images_per_second": round(asked["images"] / loop, 3) if loop > 0 else None})
+
+
+# the main process asks for every image not yet recorded (requests need no accelerator); the others wait
+make_images = main_process_only(_make)
 
 
 def _ask(run, card: ModelCard, client, todo: list, concurrency: int, progress: bool) -> dict:
