@@ -25,7 +25,8 @@ run --model "$R/checkpoint-3" --limit 40 --steps 20 --guidance 7 --dtype float32
 # images made elsewhere: the renderer draws each caption exactly, at each image's seed (its ceiling)
 t2i-audit prompts export mini --limit 40 -n 2 --layout imagefolder --out "$R/renders-folder"
 python -c "import json, random, sys; from t2i_audit.mini.world import parse_caption, render; d = sys.argv[1]; [render(parse_caption(r['prompt'], random.Random(r['seed']))).save(f'{d}/{r[\"file_name\"]}') for r in map(json.loads, open(f'{d}/metadata.jsonl'))]" "$R/renders-folder"
-run --images "$R/renders-folder" --prompts "$R/renders-folder/prompts.jsonl" --name renders "${JUDGES[@]}" --out "$R/renders"
+t2i-audit run --images "$R/renders-folder" --prompts "$R/renders-folder/prompts.jsonl" -n 2 -q --name renders "${JUDGES[@]}" \
+    --out "$R/renders"
 # a hosted model: the mini generator behind a local endpoint, at the server's own guidance (5)
 python reports/serve_mini.py "$R/port" 5 & server=$!
 trap 'kill $server 2>/dev/null || true' EXIT

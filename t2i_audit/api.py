@@ -246,7 +246,20 @@ def expand_suites(paths: list[str], limit: Optional[int] = None, seed: int = 0) 
         for p in paths:
             if str(p).endswith(".jsonl"):
                 records += read_prompt_records(p)
+    _refuse_repeated_prompts(records, paths)
     return sample_records(records, limit, seed) if limit else records
+
+
+def _refuse_repeated_prompts(records: list[dict], paths: list[str]) -> None:
+    """A prompt given twice (a suite and a file exported from it, one suite named twice) would be generated,
+    scored and counted twice, and its run's own readers refuse the repeated id later: said now, before any work."""
+    first: dict[str, int] = {}
+    for i, r in enumerate(records):
+        if r["id"] in first:
+            raise AuditError(f"--prompts {' '.join(map(str, paths))}: prompt {r['id']} ({r.get('text', '')!r}) is "
+                             "given twice (the same suite named twice, or a suite and a .jsonl exported from it); "
+                             "give each prompt once")
+        first[r["id"]] = i
 
 
 def default_run_dir(cfg: RunConfig, card=None, *, command: str = "run", settings: Optional[dict] = None) -> Path:
