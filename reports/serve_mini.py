@@ -20,8 +20,10 @@ def main(port_file: str, guidance: float) -> None:
     import torch
     from diffusers import DiffusionPipeline
 
+    from t2i_audit.generate import silence_loading_bars
     from t2i_audit.models import resolve_model
 
+    silence_loading_bars()
     card = resolve_model("mini")
     pipe = DiffusionPipeline.from_pretrained(card.pretrained_path())
     pipe.set_progress_bar_config(disable=True)

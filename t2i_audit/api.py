@@ -385,9 +385,11 @@ def run_audit(cfg: RunConfig, *, progress: bool = True) -> Path:
     records = expand_suites(cfg.prompts, cfg.limit, cfg.seed)
     variant = cfg.variant()  # every file found and hashed, then checked against the model: before any claim
     if variant:
+        from .quiet import no_library_bars
         from .variants.check import check_variant
 
-        card = check_variant(card, variant)
+        with no_library_bars():  # it loads the base's components to check shapes: our progress is said, not theirs
+            card = check_variant(card, variant)
     if card.has_pipeline or "score" in cfg.stages:
         device = resolve_device(cfg.device)
         state = process_state(device)  # created once; every stage shares its work between processes

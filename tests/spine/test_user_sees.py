@@ -228,3 +228,21 @@ def test_mini_training_q_prints_nothing_on_stderr(command, made, tmp_path, monke
     assert e.value.code in (0, None), cap.err
     assert cap.err == "", cap.err
     assert (tmp_path / "g" / made).is_file()
+
+
+def test_a_lora_run_q_prints_nothing_on_stderr(tmp_path):
+    """`run --lora … -q` printed transformers' "Loading weights" bar: checking the LoRA against the base loads the
+    base's components before our own bar policy (generate.silence_loading_bars) applies. A fresh process, since
+    an earlier test in this one may have switched the libraries' bars off for good."""
+    import subprocess
+    import sys
+
+    from t2i_audit.tiny.lora import build_lora
+
+    build_lora("mini", str(tmp_path / "my_lora"))
+    r = subprocess.run([sys.executable, "-m", "t2i_audit", "run", "--model", "mini", "--prompts", "mini", "--limit", "2",
+                        "--lora", f"{tmp_path / 'my_lora'}:0.8", "--stages", "prompts,generate", "-q",
+                        "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "", r.stderr
+    assert len((tmp_path / "r" / "images.jsonl").read_text().splitlines()) == 2
