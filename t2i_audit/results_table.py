@@ -26,9 +26,14 @@ def pct(x: Optional[float]) -> str:
 
 
 def rate_ci(rate: Optional[float], lo: Optional[float], hi: Optional[float]) -> str:
+    """A rate with its CI as the pages show it (analysis.rate_text, the one formatter); ``-`` for no rate."""
     if rate is None:
         return "-"
-    return f"{pct(rate)} [{pct(lo)}, {pct(hi)}]" if lo is not None and hi is not None else pct(rate)
+    if lo is None or hi is None:
+        return pct(rate)
+    from .analysis import rate_text
+
+    return rate_text(rate, lo, hi)
 
 
 def run_headline(run) -> Optional[str]:

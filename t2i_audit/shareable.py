@@ -12,9 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-# an absolute POSIX path inside a string: "/" starting a token (not inside a word, a URL or a relative path), up to
-# whitespace or a quote; trailing punctuation of the sentence around it is not part of it
-_ABSOLUTE = re.compile(r"(?<![\w.~/:\\-])/[^\s\"'<>`]+")
+# an absolute POSIX path inside a string: "/" starting a token (not inside a word, a URL or a relative path), or right
+# after a source prefix (``images:/abs``, ``local:/abs``: one "/", where a URL's "://" has two), up to whitespace or a
+# quote; trailing punctuation of the sentence around it is not part of it
+_ABSOLUTE = re.compile(r"(?<![\w.~/:\\-])/[^\s\"'<>`]+|(?<=[a-z]:)/(?!/)[^\s\"'<>`]+")
 _TRAILING = ".,;:)]}"
 PACKAGE = Path(__file__).resolve().parent
 

@@ -82,7 +82,7 @@ def _entry(out: Path, rid: str, run: readers.RunFiles, now: str, files: dict) ->
             "folder": run.root.name,
             "added_utc": now, "hashes": run.hashes, "files": files,
             "config": shareable({k: v for k, v in run.config.items() if k != "out"}, out),  # published: no local path
-            "model": settings.model_card(run.manifest),
+            "model": shareable(settings.model_card(run.manifest), out),  # a LoRA's or a folder's path too
             "suites": suites, "judges": run.judges, "calibration": run.calibration, "scorers": run.scorers,
             "images": int(len(run.results[["prompt_id", "sample"]].drop_duplicates())) if len(run.results) else 0}
 

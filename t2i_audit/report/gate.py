@@ -99,9 +99,9 @@ def table(result: dict) -> list[str]:
              f"[{_pts(r['lo'])}, {_pts(r['hi'])}]", f"{r['p_holm']:.3f}" if _finite(r["p_holm"]) else "—",
              str(r["units"]), str(r["images"] if r["images"] is not None else "—"), r["verdict"]]
             for r in result["rows"]]
-    widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, body)]
+    from ..results_table import table as aligned
+
+    return aligned(head, body)
 
 
 def summary_line(result: dict) -> str:

@@ -345,9 +345,10 @@ def build_context(data: RunData, out_dir: Path, thumbs: Thumbs, progress: bool =
 
 def source_section(data: RunData) -> dict:
     """Where the images came from (t2i_audit/sources): refusals counted apart, sections that need the weights."""
+    from ..shareable import shareable
     from ..sources.recording import report_section
 
-    return report_section(data.rd, data.manifest)
+    return shareable(report_section(data.rd, data.manifest), data.rd.root)  # shared, as the manifest section
 
 
 def deciding_rows(data: RunData) -> list[dict]:

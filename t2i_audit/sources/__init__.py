@@ -1,7 +1,3 @@
-# >>> LEAD TO ENGINEER (read now, then delete these 4 lines in your first commit): before anything else read
-# >>> /work/notes/common.md — how to work here: your worktree only, PYTHONPATH=$WT with /work/main/.venv/bin/python,
-# >>> 2 shared cores (targeted tests, -n 0, OMP_NUM_THREADS=1, never the whole suite), no git stash, deadline 01:40 UTC.
-# >>> It also says what your final report must contain.
 """Where a run's images come from when no diffusers pipeline makes them.
 
 A model reference with one of :data:`PREFIXES` (``endpoint:URL``, ``openai:MODEL``, ``python:module:function``,

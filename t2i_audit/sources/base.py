@@ -1,7 +1,3 @@
-# >>> LEAD TO ENGINEER (read now, then delete these 4 lines in your first commit): before anything else read
-# >>> /work/notes/common.md — how to work here: your worktree only, PYTHONPATH=$WT with /work/main/.venv/bin/python,
-# >>> 2 shared cores (targeted tests, -n 0, OMP_NUM_THREADS=1, never the whole suite), no git stash, deadline 01:40 UTC.
-# >>> It also says what your final report must contain.
 """What every image source shares: the requests a run makes (prompt, sample, seed, settings), and the one way an
 image that arrives from anywhere becomes a run's image — validated, written atomically under ``images/``, recorded
 in the process's shard exactly as a pipeline's image is (generate.py), so resume, verify, scoring and reports treat
@@ -98,32 +94,6 @@ def checked_image(data: bytes, where: str) -> tuple[bytes, dict, str]:
     return data, image_record_fields(data, img), EXTENSIONS[img.format]
 
 
-def copy_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a staged name, then rename: a kill never leaves a torn file), without
-    the fsync of :func:`~t2i_audit.rundir.atomic_write_bytes`: for a copy of bytes that still lie where they came
-    from. After a power cut such a file may be empty while its record says otherwise; a resume compares every
-    recorded file's sha256 (generate._done_items) and copies it again. The fsync it saves costs more than
-    decoding the image on this machine's disk (3 ms against 10 ms for a 512² PNG)."""
-    import tempfile
-
-    from ..rundir import file_mode, naming
-
-    with naming(path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                os.fchmod(f.fileno(), file_mode())
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-
-
 def record_image(run: RunDir, model: str, req: ImageRequest, data: bytes, fields: dict, ext: str, *,
                  seconds: Optional[float], rank: int = 0, extra: Optional[dict] = None, append: bool = True,
                  durable: bool = True) -> dict:
@@ -131,9 +101,10 @@ def record_image(run: RunDir, model: str, req: ImageRequest, data: bytes, fields
     ``req`` and append its record to the process's shard; the file first (atomic), then the record. ``seconds``:
     what the image cost to make, None where nobody says (images made elsewhere). ``append=False``: the caller
     appends the returned record, with others, after their files (one durable append a batch, as generate.py).
-    ``durable=False``: the file is not fsynced (:func:`copy_bytes`; a copy whose source stays)."""
+    ``durable=False``: the file is not fsynced (a copy whose source stays: rundir.persist). The fsync it saves
+    costs more than decoding the image on this machine's disk (3 ms against 10 ms for a 512² PNG)."""
     path = run.image_path(req.prompt_id, req.sample).with_suffix(ext)
-    (atomic_write_bytes if durable else copy_bytes)(path, data)
+    atomic_write_bytes(path, data, durable=durable)
     record = {"prompt_id": req.prompt_id, "sample": req.sample, "seed": req.seed, "path": run.rel(path),
               **fields, "seconds": None if seconds is None else round(seconds, 4), "model": model, "rank": rank, **(extra or {})}
     if append:

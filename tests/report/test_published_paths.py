@@ -69,3 +69,6 @@ def test_shareable_paths_rule(tmp_path):
                      "note": f"loaded from {tmp_path / 'models' / 'sd'}, then 1/8 of a/b (see {root / 'x'})."}, root)
     assert got == {"command": ["t2i-audit", "run", "--out", "."], "n": 3, "url": "https://h.co/a/b",
                    "note": "loaded from ../../models/sd, then 1/8 of a/b (see x)."}
+    # a source reference's path (run --images DIR is the model images:DIR); a URL after a scheme stays as it is
+    assert shareable(f"images:{tmp_path / 'pics'} and endpoint:http://127.0.0.1:8000/gen", root) == \
+        "images:../../pics and endpoint:http://127.0.0.1:8000/gen"
