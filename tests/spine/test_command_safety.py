@@ -360,7 +360,7 @@ def test_a_full_or_read_only_disk_is_said_with_what_where_and_what_to_do(cmd, er
                                                                           capsys):
     from t2i_audit import rundir
 
-    def failing(f, data):
+    def failing(f, data, *, durable=True):  # rundir.persist's signature
         raise OSError(err, os.strerror(err))
 
     case = CASES[cmd]
